@@ -15,7 +15,7 @@ export SANDBOX_NODES
 
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap
 
-.PHONY: help setup apt venv wheelhouse lint unit molecule test sandbox sandbox-down bench-train clean
+.PHONY: help setup apt venv wheelhouse data lint unit molecule test sandbox sandbox-down bench-train clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -39,3 +39,42 @@ wheelhouse: .cache/wheelhouse/.complete
 .cache/wheelhouse/.complete: requirements-train.txt
 	$(BIN)/pip download -q -d .cache/wheelhouse $$(grep -vE '^(#|scikit-learn|$$)' requirements-train.txt)
 	touch $@
+
+# The sandbox keeps its own fact cache, so recreated containers never reuse
+# facts of earlier ones.
+SANDBOX_ENV := ANSIBLE_CACHE_PLUGIN_CONNECTION=$(CURDIR)/.sandbox/facts
+
+# Real handwritten digits (scikit-learn's) as MNIST's raw files: the sandbox's data.
+data: .cache/data/MNIST/raw/.complete
+
+.cache/data/MNIST/raw/.complete: train/digits_mnist.py | venv
+	$(BIN)/python train/digits_mnist.py --out .cache/data
+	touch $@
+
+sandbox: setup data ## Start SANDBOX_NODES (default 2) node containers and provision them over SSH
+	$(BIN)/ansible-playbook sandbox/up.yml -e sandbox_nodes=$(SANDBOX_NODES)
+	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/provision.yml
+
+sandbox-down: ## Remove the sandbox containers, network and state
+	$(BIN)/ansible-playbook sandbox/down.yml
+
+lint: venv ## ansible-lint (production profile), yamllint, ruff, syntax checks
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --profile production
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	for p in playbooks/*.yml sandbox/*.yml; do $(BIN)/ansible-playbook --syntax-check "$$p"; done
+
+unit: setup ## Trainer and preflight tests (real torchrun jobs; a bare sandbox for the preflight)
+	$(BIN)/pytest tests
+
+molecule: setup data ## The sandbox scenario: create, converge, idempotence, verify, destroy
+	cd $(CURDIR) && $(BIN)/molecule test -s sandbox
+
+test: lint unit molecule ## Everything CI runs
+
+bench-train: setup ## Trainer against the guide's pipeline: samples/s and accuracy, 2 CPU ranks
+	$(BIN)/python train/bench/bench.py
+
+clean: sandbox-down ## Remove the sandbox, .venv and caches
+	rm -rf $(VENV) .cache
