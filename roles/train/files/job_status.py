@@ -31,6 +31,8 @@ SSH = (
     "-o", "ControlPersist=60",
 )  # fmt: skip
 Completed = subprocess.CompletedProcess[str]
+# Left in the job's folder by playbooks/stop.yml.
+STOP_REQUESTED = "stop-requested"
 # A peer that does not answer this many polls in a row is taken for dead.
 UNREACHABLE_POLLS = 2
 
@@ -64,11 +66,11 @@ def unit_state(address: str | None, unit: str) -> dict:
     return {"state": state, "detail": detail}
 
 
-def last_progress(log: Path, prefixes: tuple[str, ...]) -> str:
-    """The newest line of rank 0's log that starts with one of the prefixes."""
+def last_progress(log: Path, prefixes: tuple[str, ...], start: int) -> str:
+    """The newest line of rank 0's log, after byte start, that starts with one of the prefixes."""
     try:
         with log.open("rb") as handle:
-            handle.seek(max(0, log.stat().st_size - 64 * 1024))
+            handle.seek(max(start, log.stat().st_size - 64 * 1024))
             lines = handle.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
@@ -115,8 +117,11 @@ def watch(config: dict, wait: float, poll: float) -> dict:
         "job": "failed" if bad else "succeeded" if done else "running",
         "nodes": states,
         "failed_nodes": bad,
+        "stop_requested": (Path(config["log"]).parent / STOP_REQUESTED).exists(),
         "tails": tails,
-        "progress": last_progress(Path(config["log"]), tuple(config["progress_prefixes"])),
+        "progress": last_progress(
+            Path(config["log"]), tuple(config["progress_prefixes"]), config["log_start"]
+        ),
     }
 
 
