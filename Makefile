@@ -15,7 +15,7 @@ export SANDBOX_NODES
 
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap
 
-.PHONY: help setup apt venv wheelhouse data lint unit molecule test sandbox sandbox-down bench-train clean
+.PHONY: help setup apt venv wheelhouse data sandbox-train lint unit molecule test sandbox sandbox-down bench-train clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,10 @@ data: .cache/data/MNIST/raw/.complete
 sandbox: setup data ## Start SANDBOX_NODES (default 2) node containers and provision them over SSH
 	$(BIN)/ansible-playbook sandbox/up.yml -e sandbox_nodes=$(SANDBOX_NODES)
 	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/provision.yml
+
+# e.g. make sandbox-train ARGS='-e nproc=2 -e job_id=demo'
+sandbox-train: ## Run playbooks/train.yml on the sandbox (pass ARGS='-e nproc=2 ...')
+	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/train.yml $(ARGS)
 
 sandbox-down: ## Remove the sandbox containers, network and state
 	$(BIN)/ansible-playbook sandbox/down.yml
