@@ -1,0 +1,122 @@
+"""playbooks/train.yml on the scenario's cluster: real torchrun jobs over the nodes' network.
+
+Every test trains the example trainer on the sandbox's digits (staged from the controller)
+with gloo on the CPU, under a job id of its own, and collects into a folder of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from launcher import DATA, LONG_JOB, Job, Playbook
+from sandbox_nodes import Node
+
+# Fault injection: the playbook must fail, with every process gone, within this long of a kill.
+TEARDOWN_LIMIT_S = 30
+
+
+@pytest.fixture
+def playbook(inventory_file: Path, tmp_path: Path) -> Playbook:
+    return Playbook(inventory_file, tmp_path / "runs")
+
+
+@pytest.fixture
+def job() -> Job:
+    return Job(f"test-{secrets.token_hex(4)}")
+
+
+def job_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:
+    return {
+        "job_id": job.job_id,
+        "train_data_src": str(DATA),
+        "train_watch_interval": 5,
+        "train_extra_args": list(args),
+        **extra,
+    }
+
+
+def metrics(playbook: Playbook, job: Job) -> dict:
+    return json.loads((playbook.runs_dir / job.job_id / "metrics.json").read_text())
+
+
+def test_two_nodes_with_nproc_2_train_as_world_size_4(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "2", nproc=2))
+    assert outcome.rc == 0, outcome.output
+    assert metrics(playbook, job)["world_size"] == 2 * len(members)
+
+
+def test_results_and_every_nodes_log_reach_the_controller(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "1"))
+    assert outcome.rc == 0, outcome.output
+    run = playbook.runs_dir / job.job_id
+    expected = {"metrics.json", "loss.png", *(f"{node}.log" for node in members)}
+    assert expected <= {path.name for path in run.iterdir()}
+    assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_heterogeneous_nodes_train_as_world_size_3_with_the_checkpoint_on_node0_only(
+    playbook: Playbook, job: Job, members: list[Node], tmp_path: Path
+) -> None:
+    # The guide's 4 + 2 GPUs, scaled to the sandbox: nproc per host, from host variables.
+    layout = {members[0].name: 2, members[1].name: 1}
+    overlay = tmp_path / "nproc.yml"
+    hosts = {name: {"nproc": nproc} for name, nproc in layout.items()}
+    overlay.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "2"), inventories=(overlay,))
+    assert outcome.rc == 0, outcome.output
+    assert metrics(playbook, job)["world_size"] == 3
+    checkpoint = f"{job.output}/checkpoint.pt"
+    assert members[0].host.file(checkpoint).exists
+    assert not any(node.host.file(checkpoint).exists for node in members[1:])
+
+
+def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    running = playbook.start("train.yml", job_vars(job, *LONG_JOB, nproc=2))
+    try:
+        job.wait_for_log(members[0], "progress epoch=")
+        victim = members[-1]
+        # The workers only: torchrun (the agent) on that node sees them die.
+        victim.host.run(shlex.join(["pkill", "-9", "-f", f"python3 -u {job.folder}/code/"]))
+        killed = time.monotonic()
+        outcome = running.wait(timeout=120)
+    finally:
+        running.kill()
+    teardown = time.monotonic() - killed
+    assert outcome.rc != 0, outcome.output
+    assert teardown < TEARDOWN_LIMIT_S, f"the playbook took {teardown:.1f} s to fail"
+    assert f"{victim}: failed" in outcome.output
+    assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
+
+
+def test_stop_yml_stops_a_running_job_and_a_resume_continues_from_its_checkpoint(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    running = playbook.start("train.yml", job_vars(job, *LONG_JOB))
+    try:
+        job.wait_for_log(members[0], "epoch 2/")
+        stopped = playbook.run("stop.yml", {"job_id": job.job_id})
+        outcome = running.wait(timeout=120)
+    finally:
+        running.kill()
+    assert stopped.rc == 0, stopped.output
+    assert outcome.rc != 0
+    assert "was stopped by playbooks/stop.yml" in outcome.output
+    assert all(job.processes(node) == [] for node in members)
+    done = metrics(playbook, job)["epochs_completed"]
+
+    resumed = playbook.run("train.yml", job_vars(job, "--epochs", str(done + 2), train_resume=True))
+    assert resumed.rc == 0, resumed.output
+    assert f"continuing at epoch {done + 1}/{done + 2}" in job.log(members[0])
+    assert metrics(playbook, job)["epochs_completed"] == done + 2
