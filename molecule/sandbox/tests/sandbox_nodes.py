@@ -1,0 +1,130 @@
+"""The nodes of the sandbox scenario, and real TCP connections between them.
+
+`Node.connect` opens a TCP connection from a node and reports how it ended; a `Listener`
+(started by conftest's `listen` fixture) accepts connections on a node and sends each client
+its token, so that a test can tell its own listener from anything else on the port.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from testinfra.host import Host
+
+PROJECT_DIR = Path(__file__).resolve().parents[3]
+
+# The port range gloo and NCCL pick their connections from (the kernel's ephemeral ports).
+RANDOM_PORTS = range(40000, 60001)
+
+# Listens on 0.0.0.0:PORT, tells systemd it is ready once it listens (the unit is
+# Type=notify, so systemd-run returns only then), and sends TOKEN to every client.
+LISTENER_SCRIPT = """
+import os, socket, sys
+port, token = int(sys.argv[1]), sys.argv[2].encode()
+server = socket.create_server(("", port), backlog=16)
+address = os.environ["NOTIFY_SOCKET"]
+address = "\\0" + address[1:] if address.startswith("@") else address
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+    notify.sendto(b"READY=1", address)
+while True:
+    client, _ = server.accept()
+    with client:
+        client.sendall(token)
+"""
+
+# Connects to ADDRESS:PORT and prints the outcome as JSON: "connected" and the first bytes
+# the server sent, or the errno name of the failure (EHOSTUNREACH is "No route to host",
+# what firewalld answers), or "timeout".
+CLIENT_SCRIPT = """
+import errno, json, socket, sys
+address, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    with socket.create_connection((address, port), timeout=timeout) as connection:
+        try:
+            data = connection.recv(256)
+        except TimeoutError:
+            data = b""
+    result = {"outcome": "connected", "data": data.decode(errors="replace")}
+except TimeoutError:
+    result = {"outcome": "timeout", "data": ""}
+except OSError as error:
+    result = {"outcome": errno.errorcode.get(error.errno, str(error)), "data": ""}
+print(json.dumps(result))
+"""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What a TCP connection attempt ended with."""
+
+    outcome: str
+    data: str = ""
+
+    @property
+    def connected(self) -> bool:
+        return self.outcome == "connected"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host of the scenario's inventory (equal and hashed by name)."""
+
+    name: str
+    host: Host = field(compare=False)
+    hostvars: dict[str, Any] = field(compare=False)
+
+    @property
+    def address(self) -> str:
+        """The address the other nodes reach this one on (the cluster role's default)."""
+        return self.hostvars.get("cluster_address", self.hostvars["ansible_host"])
+
+    def setting(self, name: str, role: str) -> Any:
+        """The value of a role variable for this host: the inventory's, else the role default."""
+        value = self.hostvars.get(name, role_defaults(role)[name])
+        if "{{" in str(value):
+            msg = f"{name} of {self.name} is a template ({value!r}); these tests read only literals"
+            raise ValueError(msg)
+        return value
+
+    def connect(self, address: str, port: int, timeout: float = 5) -> Connection:
+        """Open a TCP connection from this node to ADDRESS:PORT."""
+        result = self.host.check_output(
+            shlex.join(["python3", "-c", CLIENT_SCRIPT, address, str(port), str(timeout)])
+        )
+        return Connection(**json.loads(result))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A TCP listener on NODE:PORT that sends TOKEN to each client."""
+
+    node: Node
+    port: int
+    token: str
+
+    def connect_from(self, client: Node) -> Connection:
+        return client.connect(self.node.address, self.port)
+
+    @property
+    def welcome(self) -> Connection:
+        """What a client that reaches this listener sees."""
+        return Connection("connected", self.token)
+
+
+@functools.cache
+def role_defaults(role: str) -> dict[str, Any]:
+    return yaml.safe_load((PROJECT_DIR / "roles" / role / "defaults" / "main.yml").read_text())
+
+
+# The type of conftest's `listen` fixture: listen(node, port=None) -> Listener.
+Listen = Callable[..., Listener]
