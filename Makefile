@@ -15,7 +15,7 @@ export SANDBOX_NODES
 
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap
 
-.PHONY: help setup apt venv wheelhouse data sandbox-train lint unit molecule test sandbox sandbox-down bench-train clean
+.PHONY: help setup apt venv wheelhouse data sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ test: lint unit molecule ## Everything CI runs
 
 bench-train: setup ## Trainer against the guide's pipeline: samples/s and accuracy, 2 CPU ranks
 	$(BIN)/python train/bench/bench.py
+
+bench-launch: ## On a running sandbox: train.yml's launch overhead against torchrun by hand, and teardown after a fault
+	$(BIN)/python sandbox/bench/launch.py
 
 clean: sandbox-down ## Remove the sandbox, .venv and caches
 	rm -rf $(VENV) .cache

@@ -44,6 +44,7 @@ class BadInput:
     message: str
     extra_vars: dict[str, Any] = field(default_factory=dict)
     inventory: Callable[[Inventory], Inventory] | None = None
+    args: tuple[str, ...] = ()
 
 
 BAD_INPUTS = [
@@ -67,6 +68,14 @@ BAD_INPUTS = [
             inventory=with_a_shared_address,
         ),
         id="two-hosts-one-address",
+    ),
+    pytest.param(
+        BadInput(
+            "This playbook runs on every node of 'gpu_nodes' at once, "
+            "but --limit leaves out node1.",
+            args=("--limit=node0,localhost",),
+        ),
+        id="limit-leaves-out-a-node",
     ),
     pytest.param(
         BadInput(
@@ -155,7 +164,9 @@ def rejection(
         inventory = tmp / "inventory.yml"
         data = bad_input.inventory(copy.deepcopy(bare_cluster.inventory_data()))
         inventory.write_text(yaml.safe_dump(data))
-    run = bare_cluster.provision(extra_vars, tmp / "extra-vars.json", inventory=inventory)
+    run = bare_cluster.provision(
+        extra_vars, tmp / "extra-vars.json", *bad_input.args, inventory=inventory
+    )
     return Rejection(bad_input.message.format(**values), run)
 
 

@@ -7,10 +7,12 @@ its token, so that a test can tell its own listener from anything else on the po
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shlex
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,52 @@ class Node:
             shlex.join(["python3", "-c", CLIENT_SCRIPT, address, str(port), str(timeout)])
         )
         return Connection(**json.loads(result))
+
+    @contextlib.contextmanager
+    def unplugged(self) -> Iterator[None]:
+        """Take the node off the network, as a pulled cable would, and plug it back in on exit.
+
+        Its processes keep running; nobody reaches it over SSH meanwhile, so this goes through
+        podman, into the container that has this node's name and address."""
+        container = self._container()
+        link = self._podman("exec", container, "ip", "-j", "-4", "addr", "show")
+        device = next(
+            entry["ifname"]
+            for entry in json.loads(link)
+            if any(a["local"] == self.address for a in entry.get("addr_info", []))
+        )
+        routes = json.loads(self._podman("exec", container, "ip", "-j", "-4", "route", "show"))
+        self._podman("exec", container, "ip", "link", "set", device, "down")
+        try:
+            yield
+        finally:
+            self._podman("exec", container, "ip", "link", "set", device, "up")
+            for route in routes:
+                if "gateway" in route:
+                    self._podman(
+                        "exec", container, "ip", "route", "replace",
+                        route["dst"], "via", route["gateway"], "dev", device,
+                    )  # fmt: skip
+
+    def _container(self) -> str:
+        names = self._podman("ps", "--format", "{{.Names}}").split()
+        for name in names:
+            facts = json.loads(self._podman("inspect", name))[0]
+            networks = facts["NetworkSettings"]["Networks"].values()
+            if facts["Config"]["Hostname"] == self.name and any(
+                network["IPAddress"] == self.address for network in networks
+            ):
+                return name
+        msg = f"no container of {names} is {self.name} at {self.address}"
+        raise LookupError(msg)
+
+    @staticmethod
+    def _podman(*args: str) -> str:
+        done = subprocess.run(
+            ["podman", *args], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, f"podman {shlex.join(args)}: {done.stderr}"
+        return done.stdout
 
     def __str__(self) -> str:
         return self.name

@@ -100,6 +100,43 @@ def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere
     assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
 
 
+def test_a_node_that_stops_answering_fails_the_playbook_and_the_job_stops_on_the_others(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    running = playbook.start("train.yml", job_vars(job, *LONG_JOB))
+    victim, survivors = members[-1], members[:-1]
+    try:
+        job.wait_for_log(members[0], "progress epoch=")
+        with victim.unplugged():
+            unplugged = time.monotonic()
+            outcome = running.wait(timeout=120)
+            teardown = time.monotonic() - unplugged
+            survivors_left = {node.name: job.processes(node) for node in survivors}
+    finally:
+        running.kill()
+    assert outcome.rc != 0, outcome.output
+    assert teardown < TEARDOWN_LIMIT_S, f"the playbook took {teardown:.1f} s to fail"
+    assert f"{victim}: unreachable" in outcome.output
+    assert survivors_left == {node.name: [] for node in survivors}
+    # Back on the network, the node's part of the job is stopped the documented way.
+    stopped = playbook.run("stop.yml", {"job_id": job.job_id})
+    assert stopped.rc == 0, stopped.output
+    assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
+
+
+def test_train_timeout_stops_the_job_everywhere_when_it_expires(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    limit = 30
+    outcome = playbook.run("train.yml", job_vars(job, *LONG_JOB, train_timeout=limit))
+    assert outcome.rc != 0, outcome.output
+    assert f"timed out after {limit} s" in outcome.output
+    # The units start after staging; the playbook ends soon after they are stopped.
+    assert limit < outcome.seconds < limit + 90, f"the playbook took {outcome.seconds:.0f} s"
+    assert "progress epoch=" in job.log(members[0])
+    assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
+
+
 def test_stop_yml_stops_a_running_job_and_a_resume_continues_from_its_checkpoint(
     playbook: Playbook, job: Job, members: list[Node]
 ) -> None:

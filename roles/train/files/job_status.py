@@ -22,8 +22,9 @@ SSH = (
     "ssh",
     "-o", "BatchMode=yes",
     "-o", "StrictHostKeyChecking=yes",
-    "-o", "ConnectTimeout=5",
-    "-o", "ServerAliveInterval=5",
+    "-o", "ConnectTimeout=4",
+    # A peer that stops answering drops the shared connection within about 6 s.
+    "-o", "ServerAliveInterval=2",
     "-o", "ServerAliveCountMax=2",
     # One connection per peer for the whole round, not one per poll.
     "-o", "ControlMaster=auto",
@@ -33,11 +34,13 @@ SSH = (
 Completed = subprocess.CompletedProcess[str]
 # Left in the job's folder by playbooks/stop.yml.
 STOP_REQUESTED = "stop-requested"
-# A peer that does not answer this many polls in a row is taken for dead.
+# A peer that does not answer this many polls in a row is taken for dead: with
+# polls every 2 s and ANSWER_TIMEOUT, that is decided within about 20 s.
 UNREACHABLE_POLLS = 2
+ANSWER_TIMEOUT = 8
 
 
-def remote(address: str | None, argv: list[str], timeout: float = 15) -> Completed:
+def remote(address: str | None, argv: list[str], timeout: float = ANSWER_TIMEOUT) -> Completed:
     """Run argv here (address None) or on the node at address."""
     command = argv if address is None else [*SSH, address, "--", *argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
@@ -48,7 +51,7 @@ def unit_state(address: str | None, unit: str) -> dict:
     try:
         done = remote(address, ["systemctl", "show", unit, f"--property={','.join(PROPERTIES)}"])
     except subprocess.TimeoutExpired:
-        return {"state": "unreachable", "detail": "no answer within 15 s"}
+        return {"state": "unreachable", "detail": f"no answer within {ANSWER_TIMEOUT} s"}
     if done.returncode != 0:
         why = done.stderr.strip() or f"exit status {done.returncode}"
         return {"state": "unreachable", "detail": why[-300:]}
@@ -108,15 +111,24 @@ def watch(config: dict, wait: float, poll: float) -> dict:
                 if state["state"] in ("failed", "stopped") or misses[name] >= UNREACHABLE_POLLS
             ]
             done = all(state["state"] == "succeeded" for state in states.values())
-            if bad or done or time.monotonic() >= deadline:
+            # A round does not end while a node has missed a poll: that node is decided
+            # first (a new round would start counting its misses again).
+            undecided = any(misses.values())
+            if bad or done or (time.monotonic() >= deadline and not undecided):
                 break
             time.sleep(poll)
-        logs = pool.map(lambda name: tail(nodes[name], config["log"], config["tail_lines"]), bad)
-        tails = dict(zip(bad, logs, strict=True))
+        # A node that does not answer has no log to show: asking would only add a timeout.
+        unreachable = [name for name in bad if states[name]["state"] == "unreachable"]
+        readable = [name for name in bad if name not in unreachable]
+        logs = pool.map(
+            lambda name: tail(nodes[name], config["log"], config["tail_lines"]), readable
+        )
+        tails = dict(zip(readable, logs, strict=True))
     return {
         "job": "failed" if bad else "succeeded" if done else "running",
         "nodes": states,
         "failed_nodes": bad,
+        "unreachable_nodes": unreachable,
         "stop_requested": (Path(config["log"]).parent / STOP_REQUESTED).exists(),
         "tails": tails,
         "progress": last_progress(

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Launch overhead and teardown time of playbooks/train.yml, measured on a running sandbox.
+
+    make sandbox && make bench-launch
+
+1. Launch overhead: the time from a command to rank 0's first training step (its first
+   progress line, with --log-interval 0), for
+   - by hand: torchrun started over SSH on every node at once, the way the guide does it, with
+     the code and data already on the nodes;
+   - train.yml: the whole playbook (preflight, code and data staged and checked, units started).
+2. Teardown: a long train.yml job; once it trains, node 1's workers are killed with SIGKILL.
+   Reported: the time until the playbook has failed, and whether any process of the job is left.
+
+Each figure is the median of --repeat runs. It drives the same commands a user types, from
+the project's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[2]
+STATE = PROJECT / ".sandbox"
+BASE = "/var/lib/torch-cluster"  # the train role's train_node_base_dir
+FIRST_STEP = "progress epoch="
+
+
+def inventory() -> tuple[dict, list[str]]:
+    data = yaml.safe_load((STATE / "inventory.yml").read_text())
+    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
+    return data["all"]["vars"], list(hosts.items())
+
+
+def ssh_command(address: str, command: list[str]) -> list[str]:
+    return [
+        "ssh",
+        "-i", str(STATE / "id_ed25519"),
+        "-o", f"UserKnownHostsFile={STATE / 'known_hosts'}",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        f"root@{address}",
+        "--",
+        shlex.join(command),
+    ]  # fmt: skip
+
+
+def ssh(address: str, command: list[str], check: bool = True) -> str:
+    done = subprocess.run(
+        ssh_command(address, command), capture_output=True, text=True, check=False
+    )
+    if check and done.returncode != 0:
+        sys.exit(f"ssh {address} {shlex.join(command)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def wait_for_line(process: subprocess.Popen[str], text: str) -> float:
+    """Read the process's output until a line holds `text`; return when that was."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if text in line:
+            return time.monotonic()
+    sys.exit(f"the output ended without {text!r}")
+
+
+def follow(address: str, path: str) -> subprocess.Popen[str]:
+    """tail -F a file on a node (which need not exist yet)."""
+    command = ssh_command(address, ["tail", "-n", "0", "-F", path])
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def playbook(name: str, extra: dict) -> list[str]:
+    return [
+        str(PROJECT / ".venv" / "bin" / "ansible-playbook"),
+        "-i", str(STATE / "inventory.yml"),
+        str(PROJECT / "playbooks" / name),
+        "-e", json.dumps(extra),
+    ]  # fmt: skip
+
+
+ENV = os.environ | {
+    "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+    "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(STATE / "facts"),
+}
+
+
+def by_hand(nodes: list[tuple[str, dict]], torchrun: str, port: int, tag: str) -> float:
+    """torchrun on every node over SSH at once; seconds to rank 0's first step."""
+    master = nodes[0][1]["ansible_host"]
+    code = f"{BASE}/jobs/{tag}/code"
+    starts = []
+    start = time.monotonic()
+    for rank, (_, host) in enumerate(nodes):
+        command = [
+            torchrun, f"--nnodes={len(nodes)}", f"--node-rank={rank}", "--nproc-per-node=1",
+            f"--master-addr={master}", f"--master-port={port}", "--max-restarts=0",
+            f"{code}/train_ddp.py", "--data-dir", f"{BASE}/data",
+            "--output-dir", f"/tmp/bench-by-hand-{tag}", "--epochs", "1", "--log-interval", "0",
+        ]  # fmt: skip
+        starts.append(
+            subprocess.Popen(
+                ssh_command(host["ansible_host"], command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    first_step = wait_for_line(starts[0], FIRST_STEP)
+    for process in starts:
+        process.communicate(timeout=300)
+        if process.returncode != 0:
+            sys.exit(f"a by-hand torchrun failed (exit status {process.returncode})")
+    return first_step - start
+
+
+def with_playbook(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
+    """train.yml; seconds from its start to rank 0's first step."""
+    log = follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log")
+    time.sleep(1)  # let tail start
+    extra = {
+        "job_id": job_id,
+        "nproc": 1,
+        "train_data_src": data,
+        "train_runs_dir": "/tmp/bench-launch-runs",
+        "train_extra_args": ["--epochs", "1", "--log-interval", "0"],
+    }
+    start = time.monotonic()
+    run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    found: list[float] = []
+    reader = threading.Thread(target=lambda: found.append(wait_for_line(log, FIRST_STEP)))
+    reader.start()
+    output, _ = run.communicate(timeout=600)
+    reader.join(timeout=30)
+    log.kill()
+    if run.returncode != 0 or not found:
+        sys.exit(f"train.yml failed:\n{output[-3000:]}")
+    return found[0] - start
+
+
+def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[float, dict]:
+    """Kill the last node's workers in a long job; seconds until train.yml has failed."""
+    extra = {
+        "job_id": job_id,
+        "nproc": 1,
+        "train_data_src": data,
+        "train_runs_dir": "/tmp/bench-launch-runs",
+        "train_watch_interval": 5,
+        "train_extra_args": ["--epochs", "400"],
+    }
+    log = follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log")
+    run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    wait_for_line(log, FIRST_STEP)
+    log.kill()
+    victim = nodes[-1][1]["ansible_host"]
+    ssh(victim, ["pkill", "-9", "-f", f"python3 -u {BASE}/jobs/{job_id}/code/"])
+    killed = time.monotonic()
+    output, _ = run.communicate(timeout=300)
+    seconds = time.monotonic() - killed
+    if run.returncode == 0:
+        sys.exit(f"train.yml succeeded although a node's workers were killed:\n{output[-3000:]}")
+    left = {
+        name: ssh(host["ansible_host"], ["pgrep", "-af", f"{BASE}/jobs/{job_id}/code/"], False)
+        .strip()
+        .splitlines()
+        for name, host in nodes
+    }
+    return seconds, left
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    group_vars, nodes = inventory()
+    data = group_vars["train_data_src"]
+    tag = f"bench-{int(time.time())}"
+    # One playbook run first: the code and data on every node, and torchrun's path.
+    print(f"{len(nodes)} nodes, 1 process each; warming up (stages code and data) ...", flush=True)
+    with_playbook(nodes, tag, data)
+    torchrun = json.loads(
+        ssh(nodes[0][1]["ansible_host"], ["cat", "/etc/ansible/facts.d/pytorch.fact"])
+    )["torchrun"]
+    port = int(group_vars.get("cluster_master_port", 10086))
+    hand, play = [], []
+    for i in range(args.repeat):
+        hand.append(by_hand(nodes, torchrun, port, tag))
+        play.append(with_playbook(nodes, f"{tag}-{i}", data))
+        print(f"run {i + 1}: by hand {hand[-1]:.1f} s, train.yml {play[-1]:.1f} s", flush=True)
+    down = []
+    for i in range(args.repeat):
+        seconds, left = teardown(nodes, f"{tag}-fault-{i}", data)
+        down.append(seconds)
+        leftover = sum(len(v) for v in left.values())
+        print(f"fault {i + 1}: train.yml failed {seconds:.1f} s after the kill; "
+              f"processes left: {leftover}", flush=True)  # fmt: skip
+    print(
+        f"launch to first step (median of {args.repeat}): by hand {statistics.median(hand):.1f} s, "
+        f"train.yml {statistics.median(play):.1f} s, overhead "
+        f"{statistics.median(play) - statistics.median(hand):.1f} s"
+    )
+    print(f"teardown after a killed node (median): {statistics.median(down):.1f} s")
+
+
+if __name__ == "__main__":
+    main()
