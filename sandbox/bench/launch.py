@@ -65,13 +65,32 @@ def ssh(address: str, command: list[str], check: bool = True) -> str:
     return done.stdout
 
 
-def wait_for_line(process: subprocess.Popen[str], text: str) -> float:
-    """Read the process's output until a line holds `text`; return when that was."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        if text in line:
-            return time.monotonic()
-    sys.exit(f"the output ended without {text!r}")
+class Output:
+    """Drains a process's output in a thread, noting when a line first held `marker`."""
+
+    def __init__(self, process: subprocess.Popen[str], marker: str) -> None:
+        self.process, self.marker = process, marker
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+        self.seen_at = 0.0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if self.marker in line and not self.seen.is_set():
+                self.seen_at = time.monotonic()
+                self.seen.set()
+
+    def wait_seen(self, timeout: float) -> float:
+        if not self.seen.wait(timeout):
+            sys.exit(f"no {self.marker!r} within {timeout} s:\n{self.tail()}")
+        return self.seen_at
+
+    def tail(self, n: int = 15) -> str:
+        return "".join(self.lines[-n:])
 
 
 def follow(address: str, path: str) -> subprocess.Popen[str]:
@@ -99,7 +118,7 @@ def by_hand(nodes: list[tuple[str, dict]], torchrun: str, port: int, tag: str) -
     """torchrun on every node over SSH at once; seconds to rank 0's first step."""
     master = nodes[0][1]["ansible_host"]
     code = f"{BASE}/jobs/{tag}/code"
-    starts = []
+    outputs = []
     start = time.monotonic()
     for rank, (_, host) in enumerate(nodes):
         command = [
@@ -108,25 +127,28 @@ def by_hand(nodes: list[tuple[str, dict]], torchrun: str, port: int, tag: str) -
             f"{code}/train_ddp.py", "--data-dir", f"{BASE}/data",
             "--output-dir", f"/tmp/bench-by-hand-{tag}", "--epochs", "1", "--log-interval", "0",
         ]  # fmt: skip
-        starts.append(
-            subprocess.Popen(
-                ssh_command(host["ansible_host"], command),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
+        process = subprocess.Popen(
+            ssh_command(host["ansible_host"], command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
-    first_step = wait_for_line(starts[0], FIRST_STEP)
-    for process in starts:
-        process.communicate(timeout=300)
-        if process.returncode != 0:
-            sys.exit(f"a by-hand torchrun failed (exit status {process.returncode})")
+        outputs.append(Output(process, FIRST_STEP))
+    first_step = outputs[0].wait_seen(300)
+    for (name, _), output in zip(nodes, outputs, strict=True):
+        try:
+            output.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            output.process.kill()
+            sys.exit(f"torchrun by hand on {name} did not end:\n{output.tail()}")
+        if output.process.returncode != 0:
+            sys.exit(f"torchrun by hand on {name} failed:\n{output.tail()}")
     return first_step - start
 
 
 def with_playbook(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
     """train.yml; seconds from its start to rank 0's first step."""
-    log = follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log")
+    log = Output(follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP)
     time.sleep(1)  # let tail start
     extra = {
         "job_id": job_id,
@@ -138,15 +160,12 @@ def with_playbook(nodes: list[tuple[str, dict]], job_id: str, data: str) -> floa
     start = time.monotonic()
     run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    found: list[float] = []
-    reader = threading.Thread(target=lambda: found.append(wait_for_line(log, FIRST_STEP)))
-    reader.start()
     output, _ = run.communicate(timeout=600)
-    reader.join(timeout=30)
-    log.kill()
-    if run.returncode != 0 or not found:
+    if run.returncode != 0:
         sys.exit(f"train.yml failed:\n{output[-3000:]}")
-    return found[0] - start
+    first_step = log.wait_seen(30)
+    log.process.kill()
+    return first_step - start
 
 
 def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[float, dict]:
@@ -159,11 +178,11 @@ def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[flo
         "train_watch_interval": 5,
         "train_extra_args": ["--epochs", "400"],
     }
-    log = follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log")
+    log = Output(follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP)
     run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    wait_for_line(log, FIRST_STEP)
-    log.kill()
+    log.wait_seen(300)
+    log.process.kill()
     victim = nodes[-1][1]["ansible_host"]
     ssh(victim, ["pkill", "-9", "-f", f"python3 -u {BASE}/jobs/{job_id}/code/"])
     killed = time.monotonic()
