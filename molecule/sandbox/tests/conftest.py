@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
+from launcher import Job, Playbook
 from sandbox_nodes import LISTENER_SCRIPT, RANDOM_PORTS, Listen, Listener, Node, role_defaults
 from testinfra.utils.ansible_runner import AnsibleRunner
 
@@ -104,6 +105,18 @@ def other_member(request: pytest.FixtureRequest) -> Node:
 def member_pair(request: pytest.FixtureRequest) -> tuple[Node, Node]:
     source, target = request.param
     return _node(source), _node(target)
+
+
+@pytest.fixture
+def playbook(inventory_file: Path, tmp_path: Path) -> Playbook:
+    """The project's playbooks on the scenario's cluster, collecting into a folder of the test's."""
+    return Playbook(inventory_file, tmp_path / "runs")
+
+
+@pytest.fixture
+def job() -> Job:
+    """A job id of the test's own."""
+    return Job(f"test-{secrets.token_hex(4)}")
 
 
 @pytest.fixture

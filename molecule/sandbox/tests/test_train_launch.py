@@ -7,28 +7,16 @@ with gloo on the CPU, under a job id of its own, and collects into a folder of i
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 from launcher import DATA, LONG_JOB, Job, Playbook
 from sandbox_nodes import Node
 
 # Fault injection: the playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
-
-
-@pytest.fixture
-def playbook(inventory_file: Path, tmp_path: Path) -> Playbook:
-    return Playbook(inventory_file, tmp_path / "runs")
-
-
-@pytest.fixture
-def job() -> Job:
-    return Job(f"test-{secrets.token_hex(4)}")
 
 
 def job_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:

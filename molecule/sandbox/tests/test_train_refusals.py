@@ -18,16 +18,6 @@ FAKE_GPUS = ("0000:17:00.0", "0000:65:00.0")
 
 
 @pytest.fixture
-def playbook(inventory_file: Path, tmp_path: Path) -> Playbook:
-    return Playbook(inventory_file, tmp_path / "runs")
-
-
-@pytest.fixture
-def job() -> Job:
-    return Job(f"refused-{secrets.token_hex(4)}")
-
-
-@pytest.fixture
 def gpu_dir(members: list[Node]) -> Iterator[str]:
     folder = f"/tmp/gpus-{secrets.token_hex(4)}"
     for node in members:
