@@ -1,0 +1,134 @@
+"""Action plugin: watch a torchrun job until it ends, showing its progress on the controller.
+
+Runs the torch_job_watch module on the job's master (the task's host, usually through
+delegate_to) round after round. Each round returns when the job ends or after `interval`
+seconds; the newest progress line is shown between rounds. The watch is bounded by time
+(the job's own time limit plus a grace period), never by a count of rounds: a job
+without a time limit is watched as long as it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from ansible.errors import AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+# After its time limit, a job's units get this long to stop before the watch gives up on them.
+TIMEOUT_GRACE_S = 60
+# Rounds in a row that may fail to reach the master (a blip of the controller's network)
+# before the job is taken for unwatchable.
+MASTER_MISSES = 2
+# Arguments of the action itself; the rest go to the module.
+OWN_ARGS = ("job_id", "interval", "timeout", "startup_timeout", "started")
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        own = {name: args.pop(name, None) for name in OWN_ARGS}
+        job_id, interval = own["job_id"], float(own["interval"] or 25)
+        timeout, startup_timeout = int(own["timeout"] or 0), int(own["startup_timeout"] or 0)
+        if self._task.check_mode:
+            result.update(skipped=True, msg="check mode: no job was started to watch")
+            return result
+
+        # Each node's result of the start (torch_job_unit state=started), by name.
+        started_units = own["started"] or {}
+        unstarted = {
+            name: result.get("msg") or "no answer"
+            for name, result in started_units.items()
+            if result.get("failed") or result.get("unreachable") or "log_start" not in result
+        }
+        if unstarted:
+            # A node's unit did not start: the job cannot run. Nothing to watch.
+            nodes = {
+                name: {"state": "failed", "detail": f"its unit did not start: {why}", "ended": 0}
+                for name, why in unstarted.items()
+            }
+            result.update(
+                job="failed",
+                nodes=nodes,
+                failed_nodes=list(unstarted),
+                unreachable_nodes=[],
+                tails={},
+                training_started=False,
+                seconds=0.0,
+                progress="",
+                error="",
+            )
+            return result
+
+        started = time.monotonic()
+        # Rank 0's output of this attempt starts where the master's log ended before it.
+        master = args.get("self_name", "")
+        offset = int(started_units.get(master, {}).get("log_start", 0))
+        progress, progress_seen, misses = "", False, 0
+        while True:
+            try:
+                seen = self._execute_module(
+                    module_name="torch_job_watch",
+                    module_args={**args, "offset": offset, "wait": interval},
+                    task_vars=task_vars,
+                )
+            except AnsibleConnectionFailure as err:
+                seen = {"unreachable": True, "msg": str(err)}
+            elapsed = time.monotonic() - started
+            if seen.get("unreachable") or seen.get("failed"):
+                misses += 1
+                if seen.get("failed") or misses >= MASTER_MISSES:
+                    unreachable = [master] if seen.get("unreachable") else []
+                    seen = {
+                        "job": "unwatchable",
+                        "nodes": {master: {"state": "unreachable", "detail": seen.get("msg", "")}},
+                        "failed_nodes": [master],
+                        "unreachable_nodes": unreachable,
+                        "tails": {},
+                        "error": seen.get("msg", "the master did not answer"),
+                    }
+                    break
+                self._reset_connection()
+                continue
+            misses = 0
+            offset = seen["offset"]
+            if seen["progress"]:
+                progress, progress_seen = seen["progress"], True
+            if seen["job"] != "running":
+                break
+            display.display(f"job {job_id} [{_elapsed(elapsed)}] {progress or 'running'}")
+            if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
+                seen["job"] = "timed out"
+                seen["error"] = f"the units still ran {TIMEOUT_GRACE_S} s after the time limit"
+                break
+
+        seconds = time.monotonic() - started
+        seen.pop("invocation", None)
+        seen.pop("changed", None)
+        result.update(seen)
+        result.update(
+            changed=False,
+            failed=False,
+            progress=progress,
+            seconds=round(seconds, 1),
+            # A failure after the first progress line, or after the start-up window, is a
+            # failure of training: worth a restart from the checkpoint. One before is not.
+            training_started=progress_seen or seconds >= startup_timeout,
+        )
+        result.setdefault("error", "")
+        return result
+
+    def _reset_connection(self) -> None:
+        with contextlib.suppress(AttributeError, AnsibleConnectionFailure):
+            self._connection.reset()

@@ -1,0 +1,528 @@
+"""What the launcher decides about a training job, in plain Python.
+
+The train role's modules (plugins/modules/torch_job_*.py) and its watch action
+(plugins/action/torch_job_watch.py) hold no decisions of their own: they run
+commands and hand what they saw to the functions here, which tests/unit tests
+table by table. Everything here uses the standard library only and runs on the
+nodes' system Python (3.9 on EL9) as well as on the controller.
+
+A job is one transient systemd unit per node (torch-job-<id>), each running
+torchrun; a job's *attempt* is one start of those units. The watcher maps each
+node's unit to a NodeState, then the nodes' states to a verdict; after an
+attempt the launcher decides whether to restart it, and builds the message the
+user reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import re
+import shlex
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# --- Node-to-node SSH ---------------------------------------------------------
+# The one place that says how a node reaches its peers (the trust that the
+# ssh_trust role set up): never a prompt, never an unknown host key.
+SSH_OPTIONS = (
+    "-o", "BatchMode=yes",
+    "-o", "StrictHostKeyChecking=yes",
+    "-o", "ConnectTimeout=4",
+    # A peer that stops answering drops the connection within about 6 s.
+    "-o", "ServerAliveInterval=2",
+    "-o", "ServerAliveCountMax=2",
+)  # fmt: skip
+# One connection per peer and local user, reused by later polls and rounds.
+SSH_SHARED = (
+    "-o", "ControlMaster=auto",
+    "-o", "ControlPath=/tmp/torch-job-ssh-%i-%C",
+    "-o", "ControlPersist=60",
+)  # fmt: skip
+
+
+def ssh_argv(address: str, argv: Sequence[str], shared: bool = True) -> list[str]:
+    """The command that runs argv on the node at address (one shell word per argument)."""
+    return ["ssh", *SSH_OPTIONS, *(SSH_SHARED if shared else ()), address, shlex.join(argv)]
+
+
+# --- A node's unit -----------------------------------------------------------
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+TIMED_OUT = "timed out"
+STOPPED = "stopped"
+UNREACHABLE = "unreachable"
+
+UNIT_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "ExecMainExitTimestamp",
+)
+# `systemctl show --timestamp=us+utc` (systemd 248 and later) prints times as
+# "Thu 2026-12-03 07:54:44.460777 UTC".
+SHOW_TIMESTAMPS = "--timestamp=us+utc"
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC")
+# siginfo's si_code of the main process's end, as systemd reports it in ExecMainCode.
+_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = "1", "2", "3"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What one node's unit is doing, in the launcher's words."""
+
+    state: str
+    detail: str
+    # When the unit's main process ended (seconds since the epoch by that node's clock; 0: not
+    # yet, or not known).
+    ended: float = 0.0
+
+    @property
+    def bad(self) -> bool:
+        return self.state in (FAILED, TIMED_OUT, STOPPED, UNREACHABLE)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"state": self.state, "detail": self.detail, "ended": self.ended}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """`systemctl show --property=...` output as a dict."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def parse_timestamp(text: str) -> float:
+    """Seconds since the epoch of a systemd timestamp in UTC; 0.0 when there is none."""
+    found = _TIMESTAMP.search(text)
+    if not found:
+        return 0.0
+    stamp = datetime.datetime.strptime(found.group(1).split(".")[0], "%Y-%m-%d %H:%M:%S")
+    fraction = float("0." + found.group(1).split(".")[1]) if "." in found.group(1) else 0.0
+    return stamp.replace(tzinfo=datetime.timezone.utc).timestamp() + fraction
+
+
+def describe_exit(code: str, status: str) -> str:
+    """How the unit's main process (torchrun) ended, from ExecMainCode and ExecMainStatus."""
+    if code == _CLD_EXITED:
+        return f"exit status {status}"
+    if code in (_CLD_KILLED, _CLD_DUMPED):
+        try:
+            name = signal.Signals(int(status)).name
+        except ValueError:
+            name = f"signal {status}"
+        return f"killed by {name}" + (", core dumped" if code == _CLD_DUMPED else "")
+    return "still running" if code in ("", "0") else f"ended with code {code}, status {status}"
+
+
+def unit_state(props: Mapping[str, str]) -> NodeState:
+    """Map systemd's view of a job's unit (started with --remain-after-exit) to a NodeState."""
+    load, active, sub = (
+        props.get("LoadState", ""),
+        props.get("ActiveState", ""),
+        props.get("SubState", ""),
+    )
+    result = props.get("Result", "")
+    ended = describe_exit(props.get("ExecMainCode", ""), props.get("ExecMainStatus", ""))
+    if load == "not-found":
+        state, detail = STOPPED, "the unit is gone: stopped and cleared, or never started"
+    elif result == "timeout":
+        state, detail = TIMED_OUT, f"{active}/{sub}: its time limit (train_timeout) ran out"
+    elif active == "failed" or result not in ("success", ""):
+        state, detail = FAILED, f"{active}/{sub}, result {result}: torchrun {ended}"
+    elif active == "active" and sub == "exited":
+        state = SUCCEEDED if ended == "exit status 0" else FAILED
+        detail = f"torchrun {ended}" if state == SUCCEEDED else f"{active}/{sub}: torchrun {ended}"
+    elif active in ("inactive", "deactivating"):
+        state, detail = STOPPED, f"{active}/{sub}: stopped before it ended"
+    else:
+        state, detail = RUNNING, f"{active}/{sub}"
+    ended_at = 0.0 if state == RUNNING else parse_timestamp(props.get("ExecMainExitTimestamp", ""))
+    return NodeState(state, detail, ended_at)
+
+
+# --- The job: a verdict over its nodes -----------------------------------------
+JOB_RUNNING = "running"
+JOB_SUCCEEDED = "succeeded"
+JOB_FAILED = "failed"
+JOB_STOPPED = "stopped"  # by playbooks/stop.yml
+JOB_TIMED_OUT = "timed out"
+JOB_UNWATCHABLE = "unwatchable"  # the master could not be asked
+
+
+@dataclass(frozen=True)
+class Verdict:
+    job: str
+    bad_nodes: tuple[str, ...] = ()
+
+
+def judge(states: Mapping[str, NodeState], stop_requested: bool) -> Verdict:
+    """The job's state from its nodes' (unreachable here means: decided unreachable).
+
+    One bad node decides the job: torchrun on the others would wait for it until a
+    collective times out. A time limit wins over everything (it stops every node); a
+    requested stop over a failure (stopping the units makes them look failed)."""
+    bad = tuple(name for name, node in states.items() if node.bad)
+    if any(node.state == TIMED_OUT for node in states.values()):
+        return Verdict(JOB_TIMED_OUT, bad)
+    if bad:
+        return Verdict(JOB_STOPPED if stop_requested else JOB_FAILED, bad)
+    if states and all(node.state == SUCCEEDED for node in states.values()):
+        return Verdict(JOB_SUCCEEDED)
+    return Verdict(JOB_RUNNING)
+
+
+@dataclass
+class Round:
+    """One watch round: polls until the job ends or `wait` seconds pass."""
+
+    verdict: Verdict
+    states: dict[str, NodeState]
+    polls: int
+
+
+def watch_round(
+    poll_all: Callable[[], dict[str, NodeState]],
+    stop_requested: Callable[[], bool],
+    *,
+    wait: float,
+    poll: float,
+    unreachable_polls: int = 2,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Round:
+    """Poll every node until the job ends, or `wait` seconds pass.
+
+    A node that does not answer `unreachable_polls` polls in a row is taken for dead. A
+    round does not end while a node has missed fewer polls than that: it is decided
+    first, so that the count never restarts from zero in a new round."""
+    misses: dict[str, int] = {}
+    deadline = clock() + wait
+    polls = 0
+    while True:
+        states = poll_all()
+        polls += 1
+        for name, node in states.items():
+            misses[name] = misses.get(name, 0) + 1 if node.state == UNREACHABLE else 0
+        decided = {
+            name: node
+            for name, node in states.items()
+            if node.state != UNREACHABLE or misses[name] >= unreachable_polls
+        }
+        undecided = len(decided) < len(states)
+        verdict = judge(
+            decided, stop_requested() if any(n.bad for n in decided.values()) else False
+        )
+        if undecided and verdict.job == JOB_SUCCEEDED:
+            verdict = Verdict(JOB_RUNNING)
+        if verdict.job != JOB_RUNNING or (clock() >= deadline and not undecided):
+            return Round(verdict, states, polls)
+        sleep(poll)
+
+
+def first_failure(states: Mapping[str, NodeState], bad: Sequence[str]) -> list[str]:
+    """The bad nodes, the one whose unit ended first leading (the others mostly followed it:
+    torchrun stops a node's workers when a peer's connection breaks). Nodes with no end
+    time (unreachable, gone) come last, in their given order. The times come from each
+    node's own clock, so the order is as good as the nodes' clock sync."""
+    ended = [name for name in bad if states[name].ended > 0]
+    rest = [name for name in bad if name not in ended]
+    return sorted(ended, key=lambda name: states[name].ended) + rest
+
+
+# --- Progress: rank 0's log ---------------------------------------------------
+def progress_matcher(prefixes: Sequence[str], regex: str = "") -> Callable[[str], bool]:
+    """A line counts as progress when it starts with one of the prefixes or matches regex."""
+    pattern = re.compile(regex) if regex else None
+    starts = tuple(prefixes)
+
+    def matches(line: str) -> bool:
+        return bool(starts and line.startswith(starts)) or bool(pattern and pattern.search(line))
+
+    return matches
+
+
+@dataclass(frozen=True)
+class LogScan:
+    progress: str  # the newest progress line in the part read, or ""
+    last_line: str  # the newest non-empty line in the part read, or ""
+    offset: int  # where the next scan starts: after the last complete line read
+
+
+def scan_log(
+    path: str, offset: int, matches: Callable[[str], bool], chunk: int = 1 << 20
+) -> LogScan:
+    """Read the log from byte `offset` to its last complete line. A log that has shrunk
+    below the offset (replaced) is read from its start."""
+    progress = last = ""
+    try:
+        with open(path, "rb") as log:
+            size = os.fstat(log.fileno()).st_size
+            if size < offset:
+                offset = 0
+            log.seek(offset)
+            pending = b""
+            while True:
+                data = log.read(chunk)
+                if not data:
+                    break
+                lines = (pending + data).split(b"\n")
+                pending = lines.pop()
+                offset += len(data)
+                for raw in lines:
+                    line = raw.decode(errors="replace").rstrip("\r")
+                    if line.strip():
+                        last = line
+                        if matches(line):
+                            progress = line
+            offset -= len(pending)
+    except OSError:
+        pass
+    return LogScan(progress, last, offset)
+
+
+# --- Staging: what the controller's files look like ------------------------------
+def tree_digest(root: str, skip: Sequence[str] = ("__pycache__",), content: bool = True) -> str:
+    """One sha256 over a folder's files, in sorted order: each file's relative path and its
+    content (content=True), or its size and modification time (content=False: what rsync's
+    quick check compares, for data too large to read at every launch). "" when root is no
+    folder. Files under a folder named in `skip` do not count."""
+    if not os.path.isdir(root):
+        return ""
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [name for name in dirs if name not in skip]
+        files += [os.path.join(folder, name) for name in names]
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: os.path.relpath(p, root)):
+        digest.update(os.path.relpath(path, root).encode() + b"\0")
+        if content:
+            digest.update(_file_sha256(path))
+        else:
+            stat = os.stat(path)
+            digest.update(f"{stat.st_size} {int(stat.st_mtime)}\0".encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: str) -> bytes:
+    content = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            content.update(block)
+    return content.digest()
+
+
+def subtrees_digest(root: str, names: Sequence[str]) -> str:
+    """tree_digest (size and time) of the named entries of root, together: the part of a
+    node's data folder that came from the controller. "" when one of them is missing."""
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        path = os.path.join(root, name)
+        if os.path.isdir(path):
+            digest.update(f"{name}/\0{tree_digest(path, (), content=False)}\0".encode())
+        elif os.path.isfile(path):
+            stat = os.stat(path)
+            digest.update(f"{name}\0{stat.st_size} {int(stat.st_mtime)}\0".encode())
+        else:
+            return ""
+    return digest.hexdigest()
+
+
+# --- Inputs ---------------------------------------------------------------------
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NPROC = re.compile(r"^(auto|[1-9][0-9]*)$")
+
+
+def input_problems(inputs: Mapping[str, object]) -> list[str]:
+    """One sentence per bad job input, naming only what is wrong."""
+    problems = []
+    job_id = str(inputs.get("job_id", ""))
+    if job_id and not JOB_ID.match(job_id):
+        problems.append(
+            f"job_id must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or "
+            f"digit (got {job_id!r})"
+        )
+    nproc = str(inputs.get("nproc", "auto"))
+    if not NPROC.match(nproc):
+        problems.append(f"nproc must be a positive integer or auto (got {nproc!r})")
+    for name in ("train_timeout", "train_max_restarts", "train_startup_timeout"):
+        if name not in inputs:
+            continue
+        value = str(inputs[name])
+        if not value.isdigit():
+            problems.append(f"{name} must be a whole number, 0 or more (got {value!r})")
+    interval = str(inputs.get("train_watch_interval", "1"))
+    if not interval.isdigit() or int(interval) < 1:
+        problems.append(
+            f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
+        )
+    regex = str(inputs.get("train_progress_regex", ""))
+    if regex:
+        try:
+            re.compile(regex)
+        except re.error as err:
+            problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+# --- After an attempt: restart or report -------------------------------------------
+@dataclass
+class Attempt:
+    """One start of the job's units, and how it ended."""
+
+    number: int
+    outcome: str  # a JOB_* verdict
+    nodes: dict[str, dict[str, object]] = field(default_factory=dict)  # name -> NodeState dict
+    failed_nodes: list[str] = field(default_factory=list)  # first failure first
+    unreachable_nodes: list[str] = field(default_factory=list)
+    training_started: bool = False
+    seconds: float = 0.0
+    tails: dict[str, str] = field(default_factory=dict)
+    error: str = ""  # why the master could not be watched, or a node's unit not started
+    teardown_problems: list[str] = field(default_factory=list)
+    restarted: bool = False
+    not_restarted_because: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def teardown_problems(teardown: Mapping[str, Mapping[str, object]]) -> tuple[list[str], list[str]]:
+    """(unreachable nodes, other problems) from every node's stop result (torch_job_unit
+    state=absent, or Ansible's own result for a node it could not reach or skipped)."""
+    unreachable, problems = [], []
+    for name, result in teardown.items():
+        if result.get("unreachable"):
+            unreachable.append(name)
+        elif result.get("skipped"):
+            unreachable.append(name)  # the watch had found it unreachable
+        elif result.get("failed"):
+            problems.append(
+                f"{name}: the job could not be stopped: {result.get('msg', 'no reason given')}"
+            )
+        else:
+            left = list(result.get("leftovers") or [])
+            if left:
+                problems.append(f"{name}: processes of the job are left: " + "; ".join(left[:5]))
+            if result.get("port_users"):
+                problems.append(
+                    f"{name}: the master port is in use by {', '.join(result['port_users'])}"  # type: ignore[arg-type]
+                )
+    return unreachable, problems
+
+
+def time_left(timeout: int, started_at: float, now: float) -> int:
+    """Whole seconds left of the job's time limit (train_timeout, counted from the first
+    attempt's start), for the next attempt's units; -1 when the job has no limit."""
+    if timeout <= 0:
+        return -1
+    return max(0, int(timeout - (now - started_at)))
+
+
+def decide_restart(
+    attempt: Attempt, max_restarts: int, startup_timeout: int, seconds_left: int = -1
+) -> str | None:
+    """None when the job should start again, else why not: the first rule that holds."""
+    rules = (
+        (attempt.outcome == JOB_SUCCEEDED, "it succeeded"),
+        (attempt.outcome == JOB_STOPPED, "it was stopped by playbooks/stop.yml"),
+        (attempt.outcome == JOB_TIMED_OUT, "its time limit (train_timeout) ran out"),
+        (attempt.outcome == JOB_UNWATCHABLE, "the master could not be watched"),
+        (max_restarts == 0, "train_max_restarts is 0"),
+        (
+            bool(attempt.unreachable_nodes),
+            f"{', '.join(attempt.unreachable_nodes)} stopped answering: the job does not restart "
+            "on fewer nodes",
+        ),
+        (
+            bool(attempt.teardown_problems),
+            "the nodes are not clean after the stop: " + "; ".join(attempt.teardown_problems),
+        ),
+        (
+            not attempt.training_started,
+            "it failed at start-up (before rank 0 printed a progress line, within "
+            f"train_startup_timeout={startup_timeout} s): a restart would fail the same way",
+        ),
+        (
+            attempt.number > max_restarts,
+            f"it has restarted {max_restarts} time(s) already (train_max_restarts={max_restarts})",
+        ),
+        (seconds_left == 0, "no time is left of its time limit (train_timeout)"),
+    )
+    return next((why for holds, why in rules if holds), None)
+
+
+def describe_attempt(attempt: Attempt) -> str:
+    """One line: how an attempt ended, the first failure first."""
+    if attempt.outcome == JOB_SUCCEEDED:
+        return f"attempt {attempt.number}: succeeded after {attempt.seconds:.0f} s"
+    if attempt.outcome == JOB_UNWATCHABLE:
+        return f"attempt {attempt.number}: the master could not be watched: {attempt.error}"
+    parts = []
+    for position, name in enumerate(attempt.failed_nodes):
+        node = attempt.nodes.get(name, {})
+        state = "unreachable" if name in attempt.unreachable_nodes else node.get("state", "failed")
+        note = "" if position == 0 or len(attempt.failed_nodes) == 1 else " (after the first)"
+        parts.append(f"{name}: {state} ({node.get('detail', attempt.error)}){note}")
+    what = "; ".join(parts) or attempt.error or attempt.outcome
+    return f"attempt {attempt.number}: {attempt.outcome} after {attempt.seconds:.0f} s: {what}"
+
+
+def restart_message(job_id: str, attempt: Attempt, max_restarts: int) -> str:
+    return (
+        f"Job {job_id}: {describe_attempt(attempt)}. Every node answers and is clean: restarting "
+        f"the whole job from its checkpoint (restart {attempt.number} of {max_restarts})."
+    )
+
+
+def final_message(
+    job_id: str,
+    attempts: Sequence[Attempt],
+    *,
+    run_dir: str,
+    timeout: int,
+    max_restarts: int,
+    stop_hint: str,
+) -> str:
+    """What the user reads when a job did not succeed: how it ended, each attempt, why it
+    was not restarted, the failed nodes' logs, and where everything is."""
+    last = attempts[-1]
+    how = {
+        JOB_STOPPED: "was stopped by playbooks/stop.yml",
+        JOB_TIMED_OUT: f"timed out after {timeout} s",
+        JOB_UNWATCHABLE: "could not be watched",
+    }.get(last.outcome, "failed")
+    answering = " that answers" if last.unreachable_nodes else ""
+    lines = [f"Job {job_id} {how}; it is stopped on every node{answering}."]
+    if len(attempts) > 1:
+        lines.append(f"It was restarted {len(attempts) - 1} time(s); each attempt:")
+        lines += [f"  {describe_attempt(a)}" for a in attempts]
+    if last.outcome == JOB_FAILED and max_restarts > 0:
+        lines.append(
+            f"Not restarted{' again' if len(attempts) > 1 else ''}: {last.not_restarted_because}."
+        )
+    if last.outcome == JOB_UNWATCHABLE:
+        lines.append(f"The master could not be watched: {last.error}")
+    for name in last.failed_nodes:
+        node = last.nodes.get(name, {})
+        if name in last.unreachable_nodes:
+            lines.append(
+                f"{name}: unreachable ({node.get('detail', last.error)}): its processes could not "
+                "be stopped. They end at the trainer's collective timeout; to stop them at once, "
+                f"run {stop_hint} when {name} answers again."
+            )
+        else:
+            lines.append(
+                f"{name}: {node.get('state', 'failed')} ({node.get('detail', last.error)})."
+            )
+            if name in last.tails:
+                lines.append(f"  Last lines of {name}'s log:")
+                lines += ["    " + line for line in last.tails[name].rstrip("\n").splitlines()]
+    lines += last.teardown_problems
+    lines.append(f"Logs: {run_dir}/")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""What a node can tell about a job's processes and ports, read from /proc (Linux only).
+
+Standard library only: runs on the nodes' system Python.
+"""
+
+from __future__ import annotations
+
+import os
+
+# /proc/net/tcp's state column: 0A is LISTEN.
+_LISTEN = "0A"
+
+
+def _command_line(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def job_processes(job_id: str) -> list[str]:
+    """'PID COMMAND' of every process whose environment carries TORCH_JOB_ID=job_id (the
+    launcher sets it on the job's unit; every process torchrun starts inherits it)."""
+    marker = f"TORCH_JOB_ID={job_id}".encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if marker not in handle.read().split(b"\0"):
+                    continue
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        found.append(f"{pid} {_command_line(pid)[:200]}")
+    return found
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == _LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def port_listeners(port: int) -> list[str]:
+    """'PID COMMAND' of the processes that listen on the TCP port (any address), or
+    'inode N' for a socket whose owner this user cannot see."""
+    inodes = _listening_inodes(port)
+    found = []
+    owned = set()
+    for pid in os.listdir("/proc"):
+        if not inodes - owned:
+            break
+        if not pid.isdigit():
+            continue
+        links = set()
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:  # closed meanwhile
+                continue
+        for inode in inodes:
+            if f"socket:[{inode}]" in links and inode not in owned:
+                owned.add(inode)
+                found.append(f"{pid} {_command_line(pid)[:200]}")
+    return found + [f"inode {inode}" for inode in sorted(inodes - owned)]

@@ -1,0 +1,283 @@
+#!/usr/bin/python
+"""Ansible module: check that a node can take its part of a torchrun job, changing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torch_job import (
+    NPROC,
+    RUNNING,
+    UNIT_PROPERTIES,
+    parse_properties,
+    ssh_argv,
+    subtrees_digest,
+    tree_digest,
+    unit_state,
+)
+from ansible.module_utils.torch_job_node import port_listeners
+
+DOCUMENTATION = r"""
+module: torch_job_preflight
+short_description: Check, read-only, that a node can take its part of a torchrun job
+description:
+  - One round trip per node for every check the launch needs, each failure named with what to
+    do about it; nothing on the node changes.
+  - The node is provisioned (I(torchrun) exists); I(nproc) is a positive integer or auto, and
+    not more than the node's GPUs; no unit of the job runs; on the master, the rendezvous port
+    is free and the training user reaches every other node over SSH (the watcher needs it).
+  - Reports whether the node's copies of the code and the data match the controller's, so
+    that the launch copies only what changed.
+options:
+  node_name:
+    description: This node's inventory hostname, for the messages.
+    type: str
+    required: true
+  job_id:
+    description: The job's id.
+    type: str
+    required: true
+  unit:
+    description: The job's unit name.
+    type: str
+    required: true
+  environment_fact:
+    description: The pytorch role's local fact (JSON), which names the environment's torchrun.
+    type: path
+    default: /etc/ansible/facts.d/pytorch.fact
+  nproc:
+    description: Processes on this node, a positive integer or auto.
+    type: raw
+    default: auto
+  gpu_dir:
+    description: Where the NVIDIA driver lists the node's GPUs, one folder each.
+    type: path
+    default: /proc/driver/nvidia/gpus
+  port:
+    description: On the master, the rendezvous port that must be free; 0 elsewhere.
+    type: int
+    default: 0
+  peers:
+    description:
+      - On the master, the other nodes (name to address).
+      - The training user must reach each of them over SSH.
+    type: dict
+    default: {}
+  user:
+    description: The training user.
+    type: str
+    default: root
+  code_dir:
+    description: Where this version of the code is staged on the node.
+    type: path
+    required: true
+  code_digest:
+    description: The controller's tree_digest of the code.
+    type: str
+    required: true
+  data_dir:
+    description: The node's data folder.
+    type: path
+    required: true
+  data_names:
+    description: The entries of the controller's data folder.
+    type: list
+    elements: str
+    default: []
+  data_digest:
+    description: The controller's digest of those entries (paths, sizes, times).
+    type: str
+    default: ""
+"""
+
+RETURN = r"""
+torchrun:
+  description: The training environment's torchrun.
+  type: str
+  returned: success
+nproc:
+  description: The number of processes this node starts.
+  type: int
+  returned: success
+gpus:
+  description: The GPUs the driver lists.
+  type: int
+  returned: success
+code_current:
+  description: Whether the node has this version of the code, intact.
+  type: bool
+  returned: success
+data_current:
+  description: Whether the node's data has the controller's files (paths, sizes and times).
+  type: bool
+  returned: success
+"""
+
+
+SSH_TIMEOUT_S = 20
+
+
+def as_user(user: str, argv: list[str]) -> list[str]:
+    if pwd.getpwuid(os.geteuid()).pw_name == user:
+        return argv
+    return ["runuser", "-u", user, "--", *argv]
+
+
+def read_torchrun(fact: str) -> str:
+    try:
+        with open(fact) as handle:
+            return str(json.load(handle).get("torchrun", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def ssh_failures(user: str, peers: dict[str, str]) -> list[str]:
+    """One line per peer the user cannot reach over SSH. The shared connections it opens
+    are the ones the watcher then uses."""
+
+    def reach(name: str) -> str:
+        try:
+            done = subprocess.run(
+                as_user(user, ssh_argv(peers[name], ["true"])),
+                capture_output=True,
+                text=True,
+                timeout=SSH_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"{name} ({peers[name]}): no answer within {SSH_TIMEOUT_S} s"
+        if done.returncode == 0:
+            return ""
+        return f"{name} ({peers[name]}): " + (
+            " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        )
+
+    if not peers:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
+        return [why for why in pool.map(reach, peers) if why]
+
+
+def count_gpus(gpu_dir: str) -> int:
+    if not os.path.isdir(gpu_dir):
+        return 0
+    return len([entry for entry in os.scandir(gpu_dir) if entry.is_dir()])
+
+
+def environment_problems(node: str, torchrun: str, fact: str) -> list[str]:
+    if not torchrun:
+        return [
+            f"{node} is not provisioned: it has no training environment (no {fact}, the pytorch "
+            "role's local fact). Run playbooks/provision.yml for it first"
+        ]
+    if not os.access(torchrun, os.X_OK):
+        return [
+            f"{node}: {torchrun} is missing: the training environment is broken or gone. Run "
+            "playbooks/provision.yml for this node"
+        ]
+    return []
+
+
+def nproc_problems(node: str, given: str, nproc: int, gpus: int) -> list[str]:
+    if not NPROC.match(given):
+        return [f"{node}: nproc must be a positive integer or auto (got {given!r})"]
+    if gpus and nproc > gpus:
+        return [
+            f"{node} has {gpus} GPU(s) but nproc is {nproc}: a GPU node runs at most one "
+            "process per GPU (set nproc for this host, or leave it out for one per GPU)"
+        ]
+    return []
+
+
+def unit_problems(module: AnsibleModule, node: str, unit: str, job_id: str) -> list[str]:
+    rc, out, err = module.run_command(
+        ["systemctl", "show", unit, f"--property={','.join(UNIT_PROPERTIES)}"]
+    )
+    if rc != 0:
+        return [f"{node}: systemctl show {unit} failed: {err.strip()}"]
+    if unit_state(parse_properties(out)).state == RUNNING:
+        return [
+            f"Job {job_id} is already running on {node} (unit {unit}). Stop it with: "
+            f"ansible-playbook playbooks/stop.yml -e job_id={job_id}"
+        ]
+    return []
+
+
+def port_problems(node: str, port: int) -> list[str]:
+    users = port_listeners(port) if port else []
+    if not users:
+        return []
+    return [
+        f"Port {port} is already in use on the master {node} ({', '.join(users)}). Stop what "
+        "listens there, or choose another cluster_master_port (and provision again)"
+    ]
+
+
+def user_problems(node: str, user: str, peers: dict[str, str]) -> list[str]:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return [f"{node}: the training user {user!r} (train_user) does not exist"]
+    unreached = ssh_failures(user, peers)
+    if not unreached:
+        return []
+    return [
+        f"the master {node} cannot reach every node over SSH as {user}, which the watcher "
+        f"needs: {'; '.join(unreached)}. Run playbooks/provision.yml (the ssh_trust role), with "
+        "train_user equal to ssh_trust_user"
+    ]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "node_name": {"type": "str", "required": True},
+            "job_id": {"type": "str", "required": True},
+            "unit": {"type": "str", "required": True},
+            "environment_fact": {"type": "path", "default": "/etc/ansible/facts.d/pytorch.fact"},
+            "nproc": {"type": "raw", "default": "auto"},
+            "gpu_dir": {"type": "path", "default": "/proc/driver/nvidia/gpus"},
+            "port": {"type": "int", "default": 0},
+            "peers": {"type": "dict", "default": {}},
+            "user": {"type": "str", "default": "root"},
+            "code_dir": {"type": "path", "required": True},
+            "code_digest": {"type": "str", "required": True},
+            "data_dir": {"type": "path", "required": True},
+            "data_names": {"type": "list", "elements": "str", "default": []},
+            "data_digest": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    node = p["node_name"]
+    torchrun = read_torchrun(p["environment_fact"])
+    gpus = count_gpus(p["gpu_dir"])
+    given = str(p["nproc"])
+    nproc = 0 if not NPROC.match(given) else (gpus or 1) if given == "auto" else int(given)
+    problems = [
+        *environment_problems(node, torchrun, p["environment_fact"]),
+        *nproc_problems(node, given, nproc, gpus),
+        *unit_problems(module, node, p["unit"], p["job_id"]),
+        *port_problems(node, p["port"]),
+        *user_problems(node, p["user"], p["peers"]),
+    ]
+    if problems:
+        module.fail_json(msg="; ".join(problems) + ".", problems=problems)
+    module.exit_json(
+        changed=False,
+        torchrun=torchrun,
+        nproc=nproc,
+        gpus=gpus,
+        code_current=tree_digest(p["code_dir"]) == p["code_digest"],
+        data_current=bool(p["data_names"])
+        and subtrees_digest(p["data_dir"], p["data_names"]) == p["data_digest"],
+    )
+
+
+if __name__ == "__main__":
+    main()

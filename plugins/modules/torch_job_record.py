@@ -1,0 +1,189 @@
+#!/usr/bin/python
+"""Ansible module: record how an attempt of a torchrun job ended, and decide what comes next."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torch_job import (
+    JOB_SUCCEEDED,
+    Attempt,
+    decide_restart,
+    final_message,
+    restart_message,
+    teardown_problems,
+    time_left,
+)
+
+DOCUMENTATION = r"""
+module: torch_job_record
+short_description: Record an attempt of a torchrun job on the controller and decide on a restart
+description:
+  - Runs on the controller after each attempt (the job's units started, watched and stopped).
+    Adds the attempt to I(path) (the job's C(attempts.json) in its runs folder), decides
+    whether the job starts again from its checkpoint, and returns the message for the user.
+  - A job restarts when it failed after training had started, it has restarts left, and every
+    node answered the stop and is clean (no process of the job left, the master port free).
+    It never restarts on fewer nodes, after a requested stop, or after its time limit.
+options:
+  path:
+    description: The attempts file; attempt 1 starts it anew.
+    type: path
+    required: true
+  job_id:
+    description: The job's id.
+    type: str
+    required: true
+  attempt:
+    description: This attempt's number, from 1.
+    type: int
+    required: true
+  max_restarts:
+    description: How many times the job may start again after a failure.
+    type: int
+    default: 0
+  startup_timeout:
+    description: Seconds from the start in which a failure without progress is a start-up failure.
+    type: int
+    default: 300
+  timeout:
+    description: The job's time limit in seconds (0 for none), for the message.
+    type: int
+    default: 0
+  started_at:
+    description: When the first attempt started (seconds since the epoch), for the time limit.
+    type: float
+    required: true
+  watch:
+    description: What the torch_job_watch action returned.
+    type: dict
+    required: true
+  teardown:
+    description: Each node's result of the stop (torch_job_unit state=absent), by name.
+    type: dict
+    required: true
+  run_dir:
+    description: The job's runs folder on the controller, for the message.
+    type: str
+    required: true
+  stop_hint:
+    description: The command that stops the job, for the message.
+    type: str
+    required: true
+"""
+
+RETURN = r"""
+outcome:
+  description: How the attempt ended (succeeded, failed, stopped, timed out, unwatchable).
+  type: str
+  returned: always
+restart:
+  description: Whether the job starts again.
+  type: bool
+  returned: always
+message:
+  description: What the user reads (the restart, or the whole story of a job that did not succeed).
+  type: str
+  returned: always
+runtime_left:
+  description: Seconds left of the job's time limit, for the next attempt's units (0 for no limit).
+  type: int
+  returned: always
+attempts:
+  description: Every attempt of this run, as recorded.
+  type: list
+  returned: always
+"""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "job_id": {"type": "str", "required": True},
+            "attempt": {"type": "int", "required": True},
+            "max_restarts": {"type": "int", "default": 0},
+            "startup_timeout": {"type": "int", "default": 300},
+            "timeout": {"type": "int", "default": 0},
+            "started_at": {"type": "float", "required": True},
+            "watch": {"type": "dict", "required": True},
+            "teardown": {"type": "dict", "required": True},
+            "run_dir": {"type": "str", "required": True},
+            "stop_hint": {"type": "str", "required": True},
+        },
+        supports_check_mode=False,
+    )
+    params = module.params
+    watch = params["watch"]
+    unreachable, problems = teardown_problems(params["teardown"])
+    attempt = Attempt(
+        number=params["attempt"],
+        outcome=watch.get("job", "unwatchable"),
+        nodes=watch.get("nodes", {}),
+        failed_nodes=list(watch.get("failed_nodes", [])),
+        unreachable_nodes=sorted(set(watch.get("unreachable_nodes", [])) | set(unreachable)),
+        training_started=bool(watch.get("training_started")),
+        seconds=float(watch.get("seconds", 0)),
+        tails=watch.get("tails", {}),
+        error=watch.get("error", "") or watch.get("msg", ""),
+        teardown_problems=problems,
+    )
+    if attempt.outcome == JOB_SUCCEEDED and problems:
+        attempt.outcome = "failed"  # a job that leaves processes behind did not end cleanly
+    seconds_left = time_left(params["timeout"], params["started_at"], time.time())
+    why_not = decide_restart(
+        attempt, params["max_restarts"], params["startup_timeout"], seconds_left
+    )
+    attempt.restarted = why_not is None
+    attempt.not_restarted_because = why_not or ""
+
+    previous = []
+    if params["attempt"] > 1 and os.path.exists(params["path"]):
+        with open(params["path"]) as handle:
+            previous = json.load(handle).get("attempts", [])
+    attempts = [Attempt(**entry) for entry in previous if entry["number"] < attempt.number]
+    attempts.append(attempt)
+    record = {
+        "job_id": params["job_id"],
+        "max_restarts": params["max_restarts"],
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "attempts": [a.as_dict() for a in attempts],
+    }
+    os.makedirs(os.path.dirname(params["path"]), exist_ok=True)
+    partial = f"{params['path']}.partial"
+    with open(partial, "w") as handle:
+        json.dump(record, handle, indent=2)
+        handle.write("\n")
+    os.replace(partial, params["path"])
+
+    if attempt.restarted:
+        message = restart_message(params["job_id"], attempt, params["max_restarts"])
+    elif attempt.outcome == JOB_SUCCEEDED:
+        restarts = f" after {len(attempts) - 1} restart(s)" if len(attempts) > 1 else ""
+        message = f"Job {params['job_id']} succeeded{restarts}."
+    else:
+        message = final_message(
+            params["job_id"],
+            attempts,
+            run_dir=params["run_dir"],
+            timeout=params["timeout"],
+            max_restarts=params["max_restarts"],
+            stop_hint=params["stop_hint"],
+        )
+    module.exit_json(
+        changed=True,
+        outcome=attempt.outcome,
+        restart=attempt.restarted,
+        # The next attempt's time limit: what is left of train_timeout (0 for none).
+        runtime_left=max(seconds_left, 0),
+        message=message,
+        attempts=record["attempts"],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+#!/usr/bin/python
+"""Ansible module: start or stop one node's part of a torchrun job (its systemd unit)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torch_job import (
+    RUNNING,
+    STOPPED,
+    UNIT_PROPERTIES,
+    parse_properties,
+    tree_digest,
+    unit_state,
+)
+from ansible.module_utils.torch_job_node import job_processes, port_listeners
+
+DOCUMENTATION = r"""
+module: torch_job_unit
+short_description: Start or stop one node's transient systemd unit of a torchrun job
+description:
+  - C(state=started) checks the staged code against its digest, clears what an earlier run of
+    the job left (a failed or finished unit of the same name, a stop request), and starts the
+    command in a transient unit with C(systemd-run). It refuses to start over a running unit.
+  - C(state=absent) stops the unit (C(systemctl stop) returns once every process of its
+    cgroup is gone), clears its failure, then looks for processes that still carry the job's
+    C(TORCH_JOB_ID) and, when asked, for processes listening on a port.
+  - No module of Ansible starts transient units; this one does, with check mode.
+options:
+  name:
+    description: The unit's name (C(torch-job-ID)).
+    type: str
+    required: true
+  state:
+    description: Whether the unit should run or be gone.
+    type: str
+    choices: [started, absent]
+    required: true
+  job_id:
+    description: The job's id; its processes carry it as C(TORCH_JOB_ID).
+    type: str
+    required: true
+  command:
+    description: The argv the unit runs (torchrun and its arguments). For I(state=started).
+    type: list
+    elements: str
+    default: []
+  description:
+    description: The unit's description.
+    type: str
+    default: ""
+  user:
+    description: The user the unit runs as.
+    type: str
+    default: root
+  working_directory:
+    description: The unit's working directory, created when missing (owned by I(user)).
+    type: path
+  log:
+    description: File that gets the unit's output (appended).
+    type: path
+  env:
+    description: Environment variables of the unit (C(TORCH_JOB_ID) is added).
+    type: dict
+    default: {}
+  runtime_max_sec:
+    description: Stop the unit after this many seconds (0 for no limit).
+    type: int
+    default: 0
+  code_dir:
+    description: The staged code; checked against I(code_digest) before the start.
+    type: path
+  code_digest:
+    description: tree_digest of the controller's code.
+    type: str
+    default: ""
+  folders:
+    description: Folders created before the start when missing, owned by I(user) (job, output).
+    type: list
+    elements: path
+    default: []
+  header:
+    description: A line appended to the log before the start, to tell runs and attempts apart.
+    type: str
+    default: ""
+  remove:
+    description: Files removed before the start (a stop request of an earlier run).
+    type: list
+    elements: path
+    default: []
+  port:
+    description: With I(state=absent), report processes that listen on this TCP port (0 for none).
+    type: int
+    default: 0
+"""
+
+RETURN = r"""
+command:
+  description: The systemd-run argv (started).
+  type: list
+  returned: when state is started
+log_start:
+  description: Size of the log before the start, where this run's output begins.
+  type: int
+  returned: when state is started
+was:
+  description: The unit's state before the stop (absent).
+  type: dict
+  returned: when state is absent
+leftovers:
+  description: Processes that still carry the job's TORCH_JOB_ID after the stop.
+  type: list
+  returned: when state is absent
+port_users:
+  description: Processes listening on I(port) after the stop.
+  type: list
+  returned: when state is absent
+"""
+
+
+def show(module: AnsibleModule, name: str) -> dict[str, str]:
+    argv = ["systemctl", "show", name, f"--property={','.join(UNIT_PROPERTIES)}"]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {name}: {err.strip()}")
+    return parse_properties(out)
+
+
+def clear(module: AnsibleModule, name: str, props: dict[str, str]) -> bool:
+    """Stop the unit and forget its failure, so that its name is free; True if it did anything."""
+    active = props.get("ActiveState", "inactive")
+    if props.get("LoadState") == "not-found" or active == "inactive":
+        return False
+    if not module.check_mode:
+        if active != "failed":
+            rc, _, err = module.run_command(["systemctl", "stop", name])
+            if rc != 0:
+                module.fail_json(msg=f"systemctl stop {name}: {err.strip()}")
+        after = show(module, name)
+        if after.get("ActiveState") == "failed":
+            module.run_command(["systemctl", "reset-failed", name], check_rc=True)
+    return True
+
+
+def systemd_run(params: dict) -> list[str]:
+    argv = [
+        "systemd-run",
+        f"--unit={params['name']}",
+        "--remain-after-exit",
+        f"--description={params['description'] or params['name']}",
+        f"--property=User={params['user']}",
+        f"--property=WorkingDirectory={params['working_directory']}",
+        f"--property=StandardOutput=append:{params['log']}",
+        f"--property=StandardError=append:{params['log']}",
+        # Stopping the unit kills every process of its cgroup: torchrun's workers run in
+        # sessions of their own, and outlive a kill of torchrun alone.
+        "--property=KillMode=control-group",
+        "--property=TimeoutStopSec=10",
+    ]
+    if params["runtime_max_sec"] > 0:
+        argv.append(f"--property=RuntimeMaxSec={params['runtime_max_sec']}")
+    environment = {**params["env"], "TORCH_JOB_ID": params["job_id"]}
+    argv += [f"--setenv={key}={value}" for key, value in environment.items()]
+    return [*argv, "--", *params["command"]]
+
+
+def start(module: AnsibleModule) -> None:
+    params = module.params
+    for required in ("command", "working_directory", "log"):
+        if not params[required]:
+            module.fail_json(msg=f"state=started needs {required}")
+    # In check mode the code was not copied: there is nothing to compare yet.
+    if params["code_digest"] and not module.check_mode:
+        found = tree_digest(params["code_dir"])
+        if found != params["code_digest"]:
+            module.fail_json(
+                msg=f"the staged code in {params['code_dir']} differs from the controller's "
+                f"(sha256 {found or 'none: the folder is missing'} against {params['code_digest']})"
+            )
+    props = show(module, params["name"])
+    state = unit_state(props)
+    if state.state == RUNNING:
+        module.fail_json(msg=f"{params['name']} is running already ({state.detail})")
+    argv = systemd_run(params)
+    log = params["log"]
+    if module.check_mode:
+        module.exit_json(changed=True, command=argv, log_start=0)
+    clear(module, params["name"], props)
+    for path in params["remove"]:
+        if os.path.lexists(path):
+            os.remove(path)
+    user = pwd.getpwnam(params["user"])
+    for folder in [*params["folders"], params["working_directory"], os.path.dirname(log)]:
+        if not os.path.isdir(folder):
+            os.makedirs(folder, mode=0o755)
+            os.chown(folder, user.pw_uid, user.pw_gid)
+    log_start = os.path.getsize(log) if os.path.exists(log) else 0
+    if params["header"]:
+        with open(log, "a") as handle:
+            handle.write(params["header"].rstrip("\n") + "\n")
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)
+    module.exit_json(changed=True, command=argv, log_start=log_start)
+
+
+def stop(module: AnsibleModule) -> None:
+    params = module.params
+    props = show(module, params["name"])
+    was = unit_state(props)
+    changed = clear(module, params["name"], props)
+    leftovers = [] if module.check_mode else job_processes(params["job_id"])
+    port_users = port_listeners(params["port"]) if params["port"] else []
+    module.exit_json(
+        changed=changed,
+        was=was.as_dict(),
+        gone=was.state == STOPPED and not changed,
+        leftovers=leftovers,
+        port_users=port_users,
+    )
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "required": True, "choices": ["started", "absent"]},
+            "job_id": {"type": "str", "required": True},
+            "command": {"type": "list", "elements": "str", "default": []},
+            "description": {"type": "str", "default": ""},
+            "user": {"type": "str", "default": "root"},
+            "working_directory": {"type": "path"},
+            "log": {"type": "path"},
+            "env": {"type": "dict", "default": {}},
+            "runtime_max_sec": {"type": "int", "default": 0},
+            "code_dir": {"type": "path"},
+            "code_digest": {"type": "str", "default": ""},
+            "folders": {"type": "list", "elements": "path", "default": []},
+            "header": {"type": "str", "default": ""},
+            "remove": {"type": "list", "elements": "path", "default": []},
+            "port": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    if module.params["state"] == "started":
+        start(module)
+    else:
+        stop(module)
+
+
+if __name__ == "__main__":
+    main()

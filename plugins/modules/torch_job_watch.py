@@ -1,0 +1,220 @@
+#!/usr/bin/python
+"""Ansible module: one watch round of a torchrun job, run on its master node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torch_job import (
+    SHOW_TIMESTAMPS,
+    UNIT_PROPERTIES,
+    UNREACHABLE,
+    NodeState,
+    first_failure,
+    parse_properties,
+    progress_matcher,
+    scan_log,
+    ssh_argv,
+    unit_state,
+    watch_round,
+)
+
+DOCUMENTATION = r"""
+module: torch_job_watch
+short_description: Watch a torchrun job on every node for one round, from its master
+description:
+  - Asks systemd on every node of the job (this one directly, the others over SSH with the
+    nodes' mutual trust) for the state of the job's unit, every I(poll) seconds, and returns as
+    soon as the job has ended (a node failed, timed out, stopped or stopped answering, or every
+    node succeeded), or after I(wait) seconds.
+  - Reads rank 0's log (this node's) from I(offset) on, for the newest progress line.
+  - The verdict comes from plugins/module_utils/torch_job.py. Its action plugin of the same
+    name runs rounds until the job ends and shows the progress on the controller.
+options:
+  unit:
+    description: The job's unit name, the same on every node.
+    type: str
+    required: true
+  nodes:
+    description: Every node of the job, inventory hostname to address, in rank order.
+    type: dict
+    required: true
+  self_name:
+    description: This node's name in I(nodes); it is asked directly, not over SSH.
+    type: str
+    required: true
+  log:
+    description: The job's log on this node (rank 0's output).
+    type: path
+    required: true
+  offset:
+    description: Where in the log this round's reading starts.
+    type: int
+    default: 0
+  progress_prefixes:
+    description: Lines that start with one of these count as progress.
+    type: list
+    elements: str
+    default: []
+  progress_regex:
+    description: Lines that match this regular expression count as progress too.
+    type: str
+    default: ""
+  tail_lines:
+    description: Lines of each failed node's log returned.
+    type: int
+    default: 30
+  wait:
+    description: Longest round, in seconds.
+    type: float
+    default: 25
+  poll:
+    description: Seconds between two polls of every node.
+    type: float
+    default: 2
+  stop_marker:
+    description: File that playbooks/stop.yml leaves when it stops the job.
+    type: path
+    required: true
+"""
+
+RETURN = r"""
+job:
+  description: running, succeeded, failed, stopped (by stop.yml) or timed out.
+  type: str
+  returned: always
+nodes:
+  description: Each node's state and detail.
+  type: dict
+  returned: always
+failed_nodes:
+  description: The nodes that failed, stopped or stopped answering, the first to end first.
+  type: list
+  returned: always
+unreachable_nodes:
+  description: The nodes that did not answer.
+  type: list
+  returned: always
+tails:
+  description: The last lines of each failed node's log, by node.
+  type: dict
+  returned: always
+progress:
+  description: The newest progress line read this round, or an empty string.
+  type: str
+  returned: always
+last_line:
+  description: The newest line of the log read this round.
+  type: str
+  returned: always
+offset:
+  description: Where the next round's reading starts.
+  type: int
+  returned: always
+"""
+
+
+# Seconds a node gets to answer one poll.
+ANSWER_TIMEOUT = 8
+
+
+def run(address: str | None, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """argv here (address None) or on the node at address."""
+    command = argv if address is None else ssh_argv(address, argv)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=ANSWER_TIMEOUT, check=False
+    )
+
+
+def poll_node(address: str | None, unit: str) -> NodeState:
+    show = ["systemctl", "show", unit, f"--property={','.join(UNIT_PROPERTIES)}"]
+    try:
+        done = run(address, [*show, SHOW_TIMESTAMPS])
+        if done.returncode != 0 and SHOW_TIMESTAMPS.split("=")[0] in done.stderr:
+            done = run(address, show)  # systemd before 248: times without the microseconds
+    except subprocess.TimeoutExpired:
+        return NodeState(UNREACHABLE, f"no answer within {ANSWER_TIMEOUT} s")
+    if done.returncode != 0:
+        why = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        return NodeState(UNREACHABLE, why[-300:])
+    return unit_state(parse_properties(done.stdout))
+
+
+def tail(address: str | None, log: str, lines: int) -> str:
+    try:
+        done = run(address, ["tail", "-n", str(lines), log])
+    except subprocess.TimeoutExpired:
+        return "(the node did not answer)"
+    return done.stdout if done.returncode == 0 else f"(no log: {done.stderr.strip()})"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "nodes": {"type": "dict", "required": True},
+            "self_name": {"type": "str", "required": True},
+            "log": {"type": "path", "required": True},
+            "offset": {"type": "int", "default": 0},
+            "progress_prefixes": {"type": "list", "elements": "str", "default": []},
+            "progress_regex": {"type": "str", "default": ""},
+            "tail_lines": {"type": "int", "default": 30},
+            "wait": {"type": "float", "default": 25},
+            "poll": {"type": "float", "default": 2},
+            "stop_marker": {"type": "path", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    addresses: dict[str, str | None] = dict(params["nodes"])
+    if params["self_name"] not in addresses:
+        module.fail_json(msg=f"{params['self_name']} is not one of the job's nodes")
+    addresses[params["self_name"]] = None
+    names = list(addresses)
+
+    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+
+        def poll_all() -> dict[str, NodeState]:
+            states = pool.map(lambda name: poll_node(addresses[name], params["unit"]), names)
+            return dict(zip(names, states))
+
+        seen = watch_round(
+            poll_all,
+            lambda: os.path.exists(params["stop_marker"]),
+            wait=params["wait"],
+            poll=params["poll"],
+        )
+        bad = first_failure(seen.states, seen.verdict.bad_nodes)
+        unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]
+        # A node that does not answer has no log to show: asking would only add a timeout.
+        readable = [name for name in bad if name not in unreachable]
+        logs = pool.map(
+            lambda name: tail(addresses[name], params["log"], params["tail_lines"]), readable
+        )
+        tails = dict(zip(readable, logs))
+
+    scan = scan_log(
+        params["log"],
+        params["offset"],
+        progress_matcher(params["progress_prefixes"], params["progress_regex"]),
+    )
+    module.exit_json(
+        changed=False,
+        job=seen.verdict.job,
+        nodes={name: state.as_dict() for name, state in seen.states.items()},
+        failed_nodes=bad,
+        unreachable_nodes=unreachable,
+        stop_requested=os.path.exists(params["stop_marker"]),
+        tails=tails,
+        progress=scan.progress,
+        last_line=scan.last_line,
+        offset=scan.offset,
+        polls=seen.polls,
+    )
+
+
+if __name__ == "__main__":
+    main()

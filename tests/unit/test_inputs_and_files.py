@@ -1,0 +1,153 @@
+"""Job inputs, progress lines in the log, the digests that decide what to copy, SSH."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch_job as tj
+import torch_job_node as tjn
+
+GOOD = {
+    "job_id": "mnist-1",
+    "nproc": "auto",
+    "train_timeout": "0",
+    "train_max_restarts": "2",
+    "train_watch_interval": "25",
+}
+BAD = {
+    "job_id": ("bad id!", "job_id must be 1 to 64 letters"),
+    "nproc": ("0", "nproc must be a positive integer or auto (got '0')"),
+    "train_timeout": ("-5", "train_timeout must be a whole number, 0 or more (got '-5')"),
+    "train_max_restarts": ("two", "train_max_restarts must be a whole number"),
+    "train_watch_interval": ("0", "train_watch_interval must be a whole number of seconds"),
+    "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
+}  # fmt: skip
+
+
+def test_good_inputs_have_no_problems() -> None:
+    assert tj.input_problems(GOOD) == []
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_each_bad_input_is_named_alone(name: str) -> None:
+    value, words = BAD[name]
+    problems = tj.input_problems({**GOOD, name: value})
+    assert len(problems) == 1
+    assert words in problems[0]
+    others = [other for other in BAD if other != name]
+    assert not any(other in problems[0] for other in others)
+
+
+def test_an_empty_job_id_is_one_to_be_made_up() -> None:
+    assert tj.input_problems({**GOOD, "job_id": ""}) == []
+
+
+def write(path: Path, text: str) -> None:
+    with path.open("a") as log:
+        log.write(text)
+
+
+def test_the_newest_progress_line_and_where_to_read_on(tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    matches = tj.progress_matcher(["progress "], r"^Epoch \d+ \|")
+    write(log, "start\nprogress step=1\nnoise\nEpoch 3 | loss 0.5\npartial li")
+    scan = tj.scan_log(str(log), 0, matches)
+    assert (scan.progress, scan.last_line) == ("Epoch 3 | loss 0.5", "Epoch 3 | loss 0.5")
+    assert scan.offset == log.stat().st_size - len("partial li")
+    write(log, "ne\nprogress step=2\n")
+    later = tj.scan_log(str(log), scan.offset, matches)
+    assert (later.progress, later.offset) == ("progress step=2", log.stat().st_size)
+    assert tj.scan_log(str(log), later.offset, matches).progress == ""
+
+
+def test_a_log_read_from_a_later_offset_skips_earlier_runs(tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    write(log, "progress old run\n")
+    start = log.stat().st_size
+    write(log, "no progress yet\n")
+    assert tj.scan_log(str(log), start, tj.progress_matcher(["progress "])).progress == ""
+
+
+def test_a_replaced_log_is_read_from_its_start(tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    write(log, "progress new\n")
+    assert (
+        tj.scan_log(str(log), 10_000, tj.progress_matcher(["progress "])).progress == "progress new"
+    )
+
+
+def test_a_missing_log_has_no_progress(tmp_path: Path) -> None:
+    assert tj.scan_log(str(tmp_path / "none"), 5, tj.progress_matcher(["p"])) == tj.LogScan(
+        "", "", 5
+    )
+
+
+def make_tree(root: Path) -> None:
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "main.py").write_text("print(1)\n")
+    (root / "pkg" / "util.py").write_text("x = 1\n")
+    (root / "pkg" / "__pycache__" / "util.pyc").write_bytes(b"\0")
+
+
+def test_the_code_digest_follows_paths_and_contents_not_caches(tmp_path: Path) -> None:
+    make_tree(tmp_path / "a")
+    make_tree(tmp_path / "b")
+    digest = tj.tree_digest(str(tmp_path / "a"))
+    assert digest == tj.tree_digest(str(tmp_path / "b"))
+    (tmp_path / "b" / "pkg" / "__pycache__" / "other.pyc").write_bytes(b"1")
+    assert tj.tree_digest(str(tmp_path / "b")) == digest
+    (tmp_path / "b" / "pkg" / "util.py").write_text("x = 2\n")
+    assert tj.tree_digest(str(tmp_path / "b")) != digest
+    assert tj.tree_digest(str(tmp_path / "missing")) == ""
+
+
+def test_the_data_digest_covers_only_the_controllers_entries(tmp_path: Path) -> None:
+    source, node = tmp_path / "source", tmp_path / "node"
+    for root in (source, node):
+        make_tree(root)
+        for path in root.rglob("*"):
+            os.utime(path, (1_000_000, 1_000_000))
+    names = sorted(os.listdir(source))
+    digest = tj.subtrees_digest(str(source), names)
+    (node / "prepared-by-the-node").write_text("other data")
+    assert tj.subtrees_digest(str(node), names) == digest
+    os.utime(node / "main.py", (2_000_000, 2_000_000))
+    assert tj.subtrees_digest(str(node), names) != digest
+    assert tj.subtrees_digest(str(node), [*names, "absent"]) == ""
+
+
+def test_ssh_to_a_peer_never_prompts_and_passes_one_shell_word_per_argument() -> None:
+    argv = tj.ssh_argv("10.0.0.2", ["tail", "-n", "30", "/var/log/a b.log"])
+    assert argv[0] == "ssh"
+    assert {"BatchMode=yes", "StrictHostKeyChecking=yes"} <= set(argv)
+    assert argv[-2:] == ["10.0.0.2", "tail -n 30 '/var/log/a b.log'"]
+    assert "ControlMaster=auto" not in tj.ssh_argv("h", ["true"], shared=False)
+
+
+def test_a_jobs_processes_are_found_by_their_job_id() -> None:
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        env={**os.environ, "TORCH_JOB_ID": "unit-test-job"},
+    )
+    try:
+        found = tjn.job_processes("unit-test-job")
+        assert [line.split()[0] for line in found] == [str(sleeper.pid)]
+        assert tjn.job_processes("unit-test-job-2") == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_port_in_use_names_its_process() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        found = tjn.port_listeners(port)
+        assert len(found) == 1
+        assert found[0].split()[0] == str(os.getpid())
+        assert "python" in found[0]
+    assert tjn.port_listeners(port) == []

@@ -1,0 +1,124 @@
+"""A job's verdict from its nodes' states, and the watch round that polls them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch_job as tj
+
+RUN = tj.NodeState(tj.RUNNING, "active/running")
+DONE = tj.NodeState(tj.SUCCEEDED, "exit status 0")
+FAIL = tj.NodeState(tj.FAILED, "exit status 1")
+TIME = tj.NodeState(tj.TIMED_OUT, "time limit")
+GONE = tj.NodeState(tj.STOPPED, "stopped")
+LOST = tj.NodeState(tj.UNREACHABLE, "no answer")
+
+# (node0's and node1's states, whether a stop was requested, the verdict, the bad nodes)
+JUDGE = {
+    "both running": ((RUN, RUN), False, tj.JOB_RUNNING, ()),
+    "one finished first": ((DONE, RUN), False, tj.JOB_RUNNING, ()),
+    "both finished": ((DONE, DONE), False, tj.JOB_SUCCEEDED, ()),
+    "one failed": ((RUN, FAIL), False, tj.JOB_FAILED, ("node1",)),
+    "one failed after the other finished": ((DONE, FAIL), False, tj.JOB_FAILED, ("node1",)),
+    "both failed": ((FAIL, FAIL), False, tj.JOB_FAILED, ("node0", "node1")),
+    "one stopped by hand": ((GONE, RUN), False, tj.JOB_FAILED, ("node0",)),
+    "one unreachable": ((RUN, LOST), False, tj.JOB_FAILED, ("node1",)),
+    "stop requested": ((GONE, GONE), True, tj.JOB_STOPPED, ("node0", "node1")),
+    "stop requested, one failed too": ((FAIL, GONE), True, tj.JOB_STOPPED, ("node0", "node1")),
+    "time limit on one": ((TIME, RUN), False, tj.JOB_TIMED_OUT, ("node0",)),
+    "time limit wins over a failure": ((TIME, FAIL), False, tj.JOB_TIMED_OUT, ("node0", "node1")),
+    "time limit wins over stop.yml": ((TIME, GONE), True, tj.JOB_TIMED_OUT, ("node0", "node1")),
+    "a stop request alone is no verdict": ((RUN, RUN), True, tj.JOB_RUNNING, ()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("states", "stop", "job", "bad"), JUDGE.values(), ids=list(JUDGE))
+def test_the_verdict_follows_the_nodes(
+    states: tuple[tj.NodeState, ...], stop: bool, job: str, bad: tuple[str, ...]
+) -> None:
+    verdict = tj.judge(dict(zip(("node0", "node1"), states, strict=True)), stop)
+    assert verdict == tj.Verdict(job, bad)
+
+
+class FakeTime:
+    """A clock that moves only when the watcher sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def polls(*rounds: tuple[tj.NodeState, tj.NodeState]) -> Iterator[dict[str, tj.NodeState]]:
+    for node0, node1 in rounds:
+        yield {"node0": node0, "node1": node1}
+    while True:  # then as the last poll
+        yield {"node0": node0, "node1": node1}
+
+
+def watch(
+    seen: Iterator[dict[str, tj.NodeState]], wait: float = 10, stop: bool = False
+) -> tuple[tj.Round, float]:
+    time = FakeTime()
+    result = tj.watch_round(
+        lambda: next(seen), lambda: stop, wait=wait, poll=2, clock=time.clock, sleep=time.sleep
+    )
+    return result, time.now
+
+
+def test_a_round_of_a_running_job_ends_after_its_wait() -> None:
+    result, elapsed = watch(polls((RUN, RUN)))
+    assert result.verdict.job == tj.JOB_RUNNING
+    assert elapsed == 10
+
+
+def test_a_failure_ends_the_round_at_once() -> None:
+    result, elapsed = watch(polls((RUN, RUN), (RUN, FAIL)))
+    assert result.verdict == tj.Verdict(tj.JOB_FAILED, ("node1",))
+    assert (elapsed, result.polls) == (2, 2)
+
+
+def test_one_missed_poll_is_not_a_failure() -> None:
+    result, _ = watch(polls((RUN, LOST), (RUN, RUN)))
+    assert result.verdict.job == tj.JOB_RUNNING
+
+
+def test_two_missed_polls_in_a_row_make_a_node_unreachable() -> None:
+    result, elapsed = watch(polls((RUN, RUN), (RUN, LOST), (RUN, LOST)))
+    assert result.verdict == tj.Verdict(tj.JOB_FAILED, ("node1",))
+    assert result.states["node1"].state == tj.UNREACHABLE
+    assert elapsed == 4
+
+
+def test_a_round_does_not_end_while_a_node_is_undecided() -> None:
+    # The miss comes at the deadline: the round polls once more instead of ending, so that
+    # the next round does not count that node's misses from zero again.
+    result, elapsed = watch(polls((RUN, RUN), (RUN, LOST), (RUN, LOST)), wait=2)
+    assert result.verdict == tj.Verdict(tj.JOB_FAILED, ("node1",))
+    assert elapsed == 4
+
+
+def test_a_job_is_not_finished_while_a_node_is_undecided() -> None:
+    result, _ = watch(polls((DONE, LOST), (DONE, DONE)), wait=0)
+    assert result.verdict.job == tj.JOB_SUCCEEDED
+    assert result.polls == 2
+
+
+def test_a_requested_stop_is_told_from_a_failure() -> None:
+    result, _ = watch(polls((GONE, GONE)), stop=True)
+    assert result.verdict.job == tj.JOB_STOPPED
+
+
+def test_the_first_node_to_end_leads_the_failures() -> None:
+    states = {
+        "node0": tj.NodeState(tj.FAILED, "exit status 1", ended=1000.5),
+        "node1": tj.NodeState(tj.FAILED, "killed by SIGKILL", ended=1000.1),
+        "node2": tj.NodeState(tj.UNREACHABLE, "no answer"),
+        "node3": tj.NodeState(tj.FAILED, "exit status 1", ended=1000.3),
+    }
+    assert tj.first_failure(states, list(states)) == ["node1", "node3", "node0", "node2"]
