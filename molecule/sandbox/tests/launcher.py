@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -23,6 +24,27 @@ PLAYBOOKS = PROJECT_DIR / "playbooks"
 DATA = PROJECT_DIR / ".cache" / "data"
 # Enough epochs of the sandbox's 1,500 digits to still be training when a test interferes.
 LONG_JOB = ["--epochs", "400"]
+
+# Lists the processes of a job on a node: those whose environment carries the job's
+# TORCH_JOB_ID (the launcher sets it on the job's unit). Prints "PID ROLE COMMAND" per
+# process, ROLE being "worker" for torchrun's workers (they have LOCAL_RANK) and "agent"
+# otherwise; with "kill" as second argument, SIGKILLs the workers.
+JOB_PROCESSES_SCRIPT = """
+import os, signal, sys
+job, action = sys.argv[1], sys.argv[2]
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+    except OSError:
+        continue
+    if f"TORCH_JOB_ID={job}".encode() not in env or int(pid) == os.getpid():
+        continue
+    worker = any(entry.startswith(b"LOCAL_RANK=") for entry in env)
+    if action == "kill" and worker:
+        os.kill(int(pid), signal.SIGKILL)
+    print(pid, "worker" if worker else "agent", command.strip())
+"""
 
 
 @dataclass(frozen=True)
@@ -46,7 +68,13 @@ class Playbook:
             "ANSIBLE_NOCOLOR": "1",
         }
 
-    def command(self, name: str, extra_vars: dict[str, Any], inventories: list[Path]) -> list[str]:
+    def command(
+        self,
+        name: str,
+        extra_vars: dict[str, Any],
+        inventories: tuple[Path, ...] = (),
+        args: tuple[str, ...] = (),
+    ) -> list[str]:
         sources = [arg for path in [self.inventory, *inventories] for arg in ("-i", str(path))]
         return [
             str(Path(sys.executable).parent / "ansible-playbook"),
@@ -54,6 +82,7 @@ class Playbook:
             str(PLAYBOOKS / name),
             "-e",
             json.dumps({"train_runs_dir": str(self.runs_dir), **extra_vars}),
+            *args,
         ]
 
     def run(
@@ -62,10 +91,11 @@ class Playbook:
         extra_vars: dict[str, Any],
         inventories: tuple[Path, ...] = (),
         timeout: int = 600,
+        args: tuple[str, ...] = (),
     ) -> Outcome:
         started = time.monotonic()
         done = subprocess.run(
-            self.command(name, extra_vars, list(inventories)),
+            self.command(name, extra_vars, inventories, args),
             env=self.env,
             capture_output=True,
             text=True,
@@ -76,7 +106,7 @@ class Playbook:
 
     def start(self, name: str, extra_vars: dict[str, Any]) -> Running:
         process = subprocess.Popen(
-            self.command(name, extra_vars, []),
+            self.command(name, extra_vars),
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -125,16 +155,50 @@ class Job:
         return node.host.run(f"cat {self.folder}/node.log").stdout
 
     def processes(self, node: Node) -> list[str]:
-        """The processes on the node that run the job's code (torchrun and its workers)."""
-        found = node.host.run(shlex.join(["pgrep", "-af", f"{self.folder}/code/"]))
-        return found.stdout.splitlines()
+        """The job's processes on the node (torchrun and its workers), as "PID ROLE COMMAND"."""
+        return self._job_processes(node, "list")
+
+    def kill_workers(self, node: Node) -> list[str]:
+        """SIGKILL the job's workers on the node (torchrun, their agent, sees them die);
+        returns what ran there, and fails when no worker did."""
+        killed = self._job_processes(node, "kill")
+        assert any(line.split()[1] == "worker" for line in killed), f"no worker on {node}"
+        return killed
+
+    def _job_processes(self, node: Node, action: str) -> list[str]:
+        command = ["python3", "-c", JOB_PROCESSES_SCRIPT, self.job_id, action]
+        return node.host.check_output(shlex.join(command)).splitlines()
 
     def unit_exists(self, node: Node) -> bool:
         shown = node.host.run(f"systemctl show {self.unit} --property=LoadState --value")
         return shown.stdout.strip() == "loaded"
 
-    def wait_for_log(self, node: Node, text: str, timeout: float = 300) -> None:
+    def wait_for_log(
+        self, node: Node, pattern: str, timeout: float = 300, interval: float = 2
+    ) -> None:
+        """Wait until the node's log matches the regular expression (re.MULTILINE)."""
         deadline = time.monotonic() + timeout
-        while text not in self.log(node):
-            assert time.monotonic() < deadline, f"{text!r} not in {node}'s log after {timeout} s"
-            time.sleep(2)
+        while not re.search(pattern, self.log(node), flags=re.MULTILINE):
+            assert time.monotonic() < deadline, f"{pattern!r} not in {node}'s log after {timeout} s"
+            time.sleep(interval)
+
+
+def job_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:
+    """train.yml's extra vars for a job of the example trainer on the sandbox's digits."""
+    return {
+        "job_id": job.job_id,
+        "train_data_src": str(DATA),
+        "train_watch_interval": 5,
+        "train_extra_args": list(args),
+        **extra,
+    }
+
+
+def metrics(playbook: Playbook, job: Job) -> dict[str, Any]:
+    return json.loads((playbook.runs_dir / job.job_id / "metrics.json").read_text())
+
+
+def attempts(playbook: Playbook, job: Job) -> list[dict[str, Any]]:
+    """The attempts of the job's last run, as train.yml recorded them."""
+    record = json.loads((playbook.runs_dir / job.job_id / "attempts.json").read_text())
+    return record["attempts"]

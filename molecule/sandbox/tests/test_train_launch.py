@@ -6,31 +6,15 @@ with gloo on the CPU, under a job id of its own, and collects into a folder of i
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
 from pathlib import Path
 
 import yaml
-from launcher import DATA, LONG_JOB, Job, Playbook
+from launcher import LONG_JOB, Job, Playbook, attempts, job_vars, metrics
 from sandbox_nodes import Node
 
 # Fault injection: the playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
-
-
-def job_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:
-    return {
-        "job_id": job.job_id,
-        "train_data_src": str(DATA),
-        "train_watch_interval": 5,
-        "train_extra_args": list(args),
-        **extra,
-    }
-
-
-def metrics(playbook: Playbook, job: Job) -> dict:
-    return json.loads((playbook.runs_dir / job.job_id / "metrics.json").read_text())
 
 
 def test_two_nodes_with_nproc_2_train_as_world_size_4(
@@ -76,7 +60,7 @@ def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere
         job.wait_for_log(members[0], "progress epoch=")
         victim = members[-1]
         # The workers only: torchrun (the agent) on that node sees them die.
-        victim.host.run(shlex.join(["pkill", "-9", "-f", f"python3 -u {job.folder}/code/"]))
+        job.kill_workers(victim)
         killed = time.monotonic()
         outcome = running.wait(timeout=120)
     finally:
@@ -85,6 +69,7 @@ def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere
     assert outcome.rc != 0, outcome.output
     assert teardown < TEARDOWN_LIMIT_S, f"the playbook took {teardown:.1f} s to fail"
     assert f"{victim}: failed" in outcome.output
+    assert len(attempts(playbook, job)) == 1, "the default is not to restart"
     assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
 
 
@@ -145,3 +130,17 @@ def test_stop_yml_stops_a_running_job_and_a_resume_continues_from_its_checkpoint
     assert resumed.rc == 0, resumed.output
     assert f"continuing at epoch {done + 1}/{done + 2}" in job.log(members[0])
     assert metrics(playbook, job)["epochs_completed"] == done + 2
+
+
+def test_check_mode_starts_nothing_and_shows_what_each_node_would_run(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "1"), args=("--check",))
+    assert outcome.rc == 0, outcome.output
+    assert outcome.output.count("Check mode: nothing was started. This node would run:") == len(
+        members
+    )
+    assert f"--unit={job.unit}" in outcome.output
+    for node in members:
+        assert not job.unit_exists(node), f"{job.unit} was started on {node}"
+        assert not node.host.file(job.folder).exists, f"{job.folder} was made on {node}"

@@ -118,3 +118,31 @@ def test_a_node_that_is_not_provisioned_is_refused(
     outcome = train(playbook, job, inventories=(overlay,), cluster_group="trainers")
     message = f"{outsider} is not provisioned: it has no training environment"
     assert_refused_before_anything_started(outcome, message, job, [members[0], outsider])
+
+
+def test_a_bad_job_id_is_refused_naming_only_the_job_id(
+    playbook: Playbook, members: list[Node]
+) -> None:
+    job = Job("bad.id!")
+    outcome = train(playbook, job)
+    assert_refused_before_anything_started(outcome, "job_id must be 1 to 64 letters", job, members)
+    assert "nproc must" not in outcome.output
+    assert "train_timeout must" not in outcome.output
+
+
+def test_a_train_user_other_than_ssh_trust_user_is_refused(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    outcome = train(playbook, job, train_user="nobody", ssh_trust_user="root")
+    message = "train_user (nobody) must be ssh_trust_user (root)"
+    assert_refused_before_anything_started(outcome, message, job, members)
+
+
+def test_a_train_user_the_nodes_do_not_trust_is_refused(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    # Without ssh_trust_user in the inventory, the preflight proves the trust itself: the
+    # master must reach every other node over SSH as the training user, as the watcher will.
+    outcome = train(playbook, job, train_user="nobody")
+    message = f"the master {members[0]} cannot reach every node over SSH as nobody"
+    assert_refused_before_anything_started(outcome, message, job, members)
