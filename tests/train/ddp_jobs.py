@@ -54,9 +54,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+# The CPU, whatever the machine has: torchrun jobs here run more ranks than a GPU machine
+# may have GPUs, and what they test (sharding, heterogeneous nodes, exact resume) is the same
+# on gloo. The GPU path (nccl) needs a GPU machine and is not exercised here.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 class Job:
-    """One torchrun invocation, i.e. one node, logging to `log`. As a context manager it
-    kills whatever is still running on exit, so a failing test leaves no workers behind."""
+    """One torchrun invocation, i.e. one node, logging to `log`, on the CPU. As a context
+    manager it kills whatever is still running on exit, so a failing test leaves no workers
+    behind."""
 
     def __init__(
         self,
@@ -76,7 +83,11 @@ class Job:
         ]
         with log.open("wb") as sink:
             self.proc = subprocess.Popen(
-                command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **CPU_ONLY},
             )
 
     def __enter__(self) -> Job:

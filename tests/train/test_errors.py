@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ddp_jobs import run_direct
+from ddp_jobs import CPU_ONLY, run_direct
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], message: str) -> None:
@@ -68,9 +68,6 @@ def test_bad_environment_fails_with_one_line(
             "--output-dir {tmp}/file/out is not writable: Not a directory",
             id="unwritable-output-dir",
         ),
-        pytest.param(
-            ["--backend=nccl"], "--backend nccl needs CUDA GPUs, but none are visible", id="nccl"
-        ),
     ],
 )
 def test_bad_argument_fails_with_one_line(
@@ -81,4 +78,16 @@ def test_bad_argument_fails_with_one_line(
     args = [arg.format(tmp=tmp_path) for arg in args]
     result = run_direct(f"--data-dir={mnist_root}", f"--output-dir={out}", *args)
     assert_one_line_error(result, message.format(tmp=tmp_path))
+    assert not out.exists()
+
+
+def test_nccl_on_a_machine_without_gpus_fails_with_one_line(
+    mnist_root: Path, tmp_path: Path
+) -> None:
+    # No GPU visible, whatever the machine has.
+    out = tmp_path / "out"
+    result = run_direct(
+        f"--data-dir={mnist_root}", f"--output-dir={out}", "--backend=nccl", env=CPU_ONLY
+    )
+    assert_one_line_error(result, "--backend nccl needs CUDA GPUs, but none are visible")
     assert not out.exists()
