@@ -65,13 +65,14 @@ class ActionModule(ActionBase):
                 unreachable_nodes=[],
                 tails={},
                 training_started=False,
+                started_at=time.time(),
                 seconds=0.0,
                 progress="",
                 error="",
             )
             return result
 
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         # Rank 0's output of this attempt starts where the master's log ended before it.
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
@@ -120,6 +121,7 @@ class ActionModule(ActionBase):
         result.update(
             changed=False,
             failed=False,
+            started_at=started_at,
             progress=progress,
             seconds=round(seconds, 1),
             # A failure after the first progress line, or after the start-up window, is a

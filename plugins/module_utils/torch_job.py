@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 # --- Node-to-node SSH ---------------------------------------------------------
 # The one place that says how a node reaches its peers (the trust that the
@@ -338,7 +339,7 @@ JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NPROC = re.compile(r"^(auto|[1-9][0-9]*)$")
 
 
-def input_problems(inputs: Mapping[str, object]) -> list[str]:
+def input_problems(inputs: Mapping[str, Any]) -> list[str]:
     """One sentence per bad job input, naming only what is wrong."""
     problems = []
     job_id = str(inputs.get("job_id", ""))
@@ -361,6 +362,16 @@ def input_problems(inputs: Mapping[str, object]) -> list[str]:
         problems.append(
             f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
         )
+    user, trusted = inputs.get("train_user"), str(inputs.get("ssh_trust_user", ""))
+    if trusted and user != trusted:
+        problems.append(
+            f"train_user ({user}) must be ssh_trust_user ({trusted}): the master watches the other "
+            "nodes over SSH as that user. Set only ssh_trust_user; train_user follows it"
+        )
+    nodes = list(inputs.get("nodes", []))
+    outside = [host for host in inputs.get("hosts", []) if host not in nodes]
+    if outside:
+        problems.append(f"{', '.join(outside)} not in train_nodes ({', '.join(nodes)})")
     regex = str(inputs.get("train_progress_regex", ""))
     if regex:
         try:
@@ -381,6 +392,7 @@ class Attempt:
     failed_nodes: list[str] = field(default_factory=list)  # first failure first
     unreachable_nodes: list[str] = field(default_factory=list)
     training_started: bool = False
+    started_at: float = 0.0  # seconds since the epoch, by the controller's clock
     seconds: float = 0.0
     tails: dict[str, str] = field(default_factory=dict)
     error: str = ""  # why the master could not be watched, or a node's unit not started

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import ipaddress
-import json
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cluster_net import address_problem, own_addresses
 
 DOCUMENTATION = r"""
 module: cluster_address
@@ -47,29 +45,12 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    address, name = module.params["address"], module.params["name"]
-    try:
-        wanted = ipaddress.ip_address(address)
-    except ValueError:
-        module.fail_json(
-            msg=f"{name}: cluster_address '{address}' is not an IP address. Set cluster_address "
-            "(or ansible_host) for this host to the address the other nodes reach it on."
-        )
-    ip = module.get_bin_path("ip", required=True)
-    _, out, _ = module.run_command([ip, "-json", "address", "show"], check_rc=True)
-    carriers, addresses = [], []
-    for link in json.loads(out):
-        for entry in link.get("addr_info", []):
-            addresses.append(entry["local"])
-            if ipaddress.ip_address(entry["local"].split("%")[0]) == wanted:
-                carriers.append(link["ifname"])
-    if not carriers:
-        module.fail_json(
-            msg=f"{name}: cluster_address {address} is not an address of this host (it has "
-            f"{', '.join(addresses)}).",
-            addresses=addresses,
-        )
-    module.exit_json(changed=False, interface=carriers[0], addresses=addresses)
+    owned = own_addresses()
+    interface, problem = address_problem(module.params["name"], module.params["address"], owned)
+    addresses = [local for _, local in owned]
+    if problem:
+        module.fail_json(msg=f"{problem}.", addresses=addresses)
+    module.exit_json(changed=False, interface=interface, addresses=addresses)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cluster_net import address_problem, own_addresses
 from ansible.module_utils.torch_job import (
     NPROC,
     RUNNING,
@@ -28,7 +29,8 @@ short_description: Check, read-only, that a node can take its part of a torchrun
 description:
   - One round trip per node for every check the launch needs, each failure named with what to
     do about it; nothing on the node changes.
-  - The node is provisioned (I(torchrun) exists); I(nproc) is a positive integer or auto, and
+  - The node's address is one of its own (read now, never from a fact cache); the node is
+    provisioned (its torchrun exists); I(nproc) is a positive integer or auto, and
     not more than the node's GPUs; no unit of the job runs; on the master, the rendezvous port
     is free and the training user reaches every other node over SSH (the watcher needs it).
   - Reports whether the node's copies of the code and the data match the controller's, so
@@ -36,6 +38,10 @@ description:
 options:
   node_name:
     description: This node's inventory hostname, for the messages.
+    type: str
+    required: true
+  address:
+    description: The address the other nodes reach this node on; it must be one of its own.
     type: str
     required: true
   job_id:
@@ -96,6 +102,10 @@ options:
 """
 
 RETURN = r"""
+interface:
+  description: The interface that carries I(address).
+  type: str
+  returned: success
 torchrun:
   description: The training environment's torchrun.
   type: str
@@ -237,6 +247,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "node_name": {"type": "str", "required": True},
+            "address": {"type": "str", "required": True},
             "job_id": {"type": "str", "required": True},
             "unit": {"type": "str", "required": True},
             "environment_fact": {"type": "path", "default": "/etc/ansible/facts.d/pytorch.fact"},
@@ -259,7 +270,9 @@ def main() -> None:
     gpus = count_gpus(p["gpu_dir"])
     given = str(p["nproc"])
     nproc = 0 if not NPROC.match(given) else (gpus or 1) if given == "auto" else int(given)
+    interface, wrong_address = address_problem(node, p["address"], own_addresses())
     problems = [
+        *([wrong_address] if wrong_address else []),
         *environment_problems(node, torchrun, p["environment_fact"]),
         *nproc_problems(node, given, nproc, gpus),
         *unit_problems(module, node, p["unit"], p["job_id"]),
@@ -270,6 +283,7 @@ def main() -> None:
         module.fail_json(msg="; ".join(problems) + ".", problems=problems)
     module.exit_json(
         changed=False,
+        interface=interface,
         torchrun=torchrun,
         nproc=nproc,
         gpus=gpus,

@@ -54,10 +54,6 @@ options:
     description: The job's time limit in seconds (0 for none), for the message.
     type: int
     default: 0
-  started_at:
-    description: When the first attempt started (seconds since the epoch), for the time limit.
-    type: float
-    required: true
   watch:
     description: What the torch_job_watch action returned.
     type: dict
@@ -109,7 +105,6 @@ def main() -> None:
             "max_restarts": {"type": "int", "default": 0},
             "startup_timeout": {"type": "int", "default": 300},
             "timeout": {"type": "int", "default": 0},
-            "started_at": {"type": "float", "required": True},
             "watch": {"type": "dict", "required": True},
             "teardown": {"type": "dict", "required": True},
             "run_dir": {"type": "str", "required": True},
@@ -127,6 +122,7 @@ def main() -> None:
         failed_nodes=list(watch.get("failed_nodes", [])),
         unreachable_nodes=sorted(set(watch.get("unreachable_nodes", [])) | set(unreachable)),
         training_started=bool(watch.get("training_started")),
+        started_at=float(watch.get("started_at", time.time())),
         seconds=float(watch.get("seconds", 0)),
         tails=watch.get("tails", {}),
         error=watch.get("error", "") or watch.get("msg", ""),
@@ -134,19 +130,20 @@ def main() -> None:
     )
     if attempt.outcome == JOB_SUCCEEDED and problems:
         attempt.outcome = "failed"  # a job that leaves processes behind did not end cleanly
-    seconds_left = time_left(params["timeout"], params["started_at"], time.time())
-    why_not = decide_restart(
-        attempt, params["max_restarts"], params["startup_timeout"], seconds_left
-    )
-    attempt.restarted = why_not is None
-    attempt.not_restarted_because = why_not or ""
-
     previous = []
     if params["attempt"] > 1 and os.path.exists(params["path"]):
         with open(params["path"]) as handle:
             previous = json.load(handle).get("attempts", [])
     attempts = [Attempt(**entry) for entry in previous if entry["number"] < attempt.number]
     attempts.append(attempt)
+
+    # The time limit holds for the whole job, counted from the first attempt's start.
+    seconds_left = time_left(params["timeout"], attempts[0].started_at, time.time())
+    why_not = decide_restart(
+        attempt, params["max_restarts"], params["startup_timeout"], seconds_left
+    )
+    attempt.restarted = why_not is None
+    attempt.not_restarted_because = why_not or ""
     record = {
         "job_id": params["job_id"],
         "max_restarts": params["max_restarts"],

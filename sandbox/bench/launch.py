@@ -10,6 +10,8 @@
    - train.yml: the whole playbook (preflight, code and data staged and checked, units started).
 2. Teardown: a long train.yml job; once it trains, node 1's workers are killed with SIGKILL.
    Reported: the time until the playbook has failed, and whether any process of the job is left.
+3. Restart: the same with train_max_restarts=1. Reported: the time from the kill to rank 0's
+   first training step of the restarted job, and whether the playbook then succeeded.
 
 Each figure is the median of --repeat runs. It drives the same commands a user types, from
 the project's venv.
@@ -34,6 +36,12 @@ PROJECT = Path(__file__).resolve().parents[2]
 STATE = PROJECT / ".sandbox"
 BASE = "/var/lib/torch-cluster"  # the train role's train_node_base_dir
 FIRST_STEP = "progress epoch="
+RESUMED = "continuing at epoch"
+# Lists a job's processes on a node, or kills its workers.
+JOB_PROCESSES = (PROJECT / "sandbox" / "job_processes.py").read_text()
+
+sys.path.insert(0, str(PROJECT / "plugins" / "module_utils"))
+from torch_job import tree_digest  # noqa: E402 (the launcher's own digest of the code)
 
 
 def inventory() -> tuple[dict, list[str]]:
@@ -66,10 +74,11 @@ def ssh(address: str, command: list[str], check: bool = True) -> str:
 
 
 class Output:
-    """Drains a process's output in a thread, noting when a line first held `marker`."""
+    """Drains a process's output in a thread, noting when a line first held `marker` (after
+    a line that held `after`, when given)."""
 
-    def __init__(self, process: subprocess.Popen[str], marker: str) -> None:
-        self.process, self.marker = process, marker
+    def __init__(self, process: subprocess.Popen[str], marker: str, after: str = "") -> None:
+        self.process, self.marker, self.after = process, marker, after
         self.lines: list[str] = []
         self.seen = threading.Event()
         self.seen_at = 0.0
@@ -78,9 +87,11 @@ class Output:
 
     def _read(self) -> None:
         assert self.process.stdout is not None
+        armed = not self.after
         for line in self.process.stdout:
             self.lines.append(line)
-            if self.marker in line and not self.seen.is_set():
+            armed = armed or self.after in line
+            if armed and self.marker in line and not self.seen.is_set():
                 self.seen_at = time.monotonic()
                 self.seen.set()
 
@@ -95,7 +106,7 @@ class Output:
 
 def follow(address: str, path: str) -> subprocess.Popen[str]:
     """tail -F a file on a node (which need not exist yet)."""
-    command = ssh_command(address, ["tail", "-n", "0", "-F", path])
+    command = ssh_command(address, ["tail", "-n", "0", "-s", "0.1", "-F", path])
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -117,7 +128,7 @@ ENV = os.environ | {
 def by_hand(nodes: list[tuple[str, dict]], torchrun: str, port: int, tag: str) -> float:
     """torchrun on every node over SSH at once; seconds to rank 0's first step."""
     master = nodes[0][1]["ansible_host"]
-    code = f"{BASE}/jobs/{tag}/code"
+    code = f"{BASE}/code/{tree_digest(str(PROJECT / 'train'))}"
     outputs = []
     start = time.monotonic()
     for rank, (_, host) in enumerate(nodes):
@@ -168,8 +179,15 @@ def with_playbook(nodes: list[tuple[str, dict]], job_id: str, data: str) -> floa
     return first_step - start
 
 
-def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[float, dict]:
-    """Kill the last node's workers in a long job; seconds until train.yml has failed."""
+def job_processes(address: str, job_id: str, action: str) -> list[str]:
+    return ssh(address, ["python3", "-c", JOB_PROCESSES, job_id, action]).splitlines()
+
+
+def start_long_job(
+    nodes: list[tuple[str, dict]], job_id: str, data: str, **extra: object
+) -> subprocess.Popen[str]:
+    """A long train.yml job; returns once rank 0 trains."""
+    log = Output(follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP)
     extra = {
         "job_id": job_id,
         "nproc": 1,
@@ -177,31 +195,52 @@ def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[flo
         "train_runs_dir": "/tmp/bench-launch-runs",
         "train_watch_interval": 5,
         "train_extra_args": ["--epochs", "400"],
+        **extra,
     }
-    log = Output(follow(nodes[0][1]["ansible_host"], f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP)
     run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     log.wait_seen(300)
     log.process.kill()
-    victim = nodes[-1][1]["ansible_host"]
-    ssh(victim, ["pkill", "-9", "-f", f"python3 -u {BASE}/jobs/{job_id}/code/"])
+    return run
+
+
+def teardown(nodes: list[tuple[str, dict]], job_id: str, data: str) -> tuple[float, int]:
+    """Kill the last node's workers in a long job; seconds until train.yml has failed, and
+    the processes of the job left on the nodes."""
+    run = start_long_job(nodes, job_id, data)
+    job_processes(nodes[-1][1]["ansible_host"], job_id, "kill")
     killed = time.monotonic()
     output, _ = run.communicate(timeout=300)
     seconds = time.monotonic() - killed
     if run.returncode == 0:
         sys.exit(f"train.yml succeeded although a node's workers were killed:\n{output[-3000:]}")
-    left = {
-        name: ssh(host["ansible_host"], ["pgrep", "-af", f"{BASE}/jobs/{job_id}/code/"], False)
-        .strip()
-        .splitlines()
-        for name, host in nodes
-    }
+    left = sum(len(job_processes(host["ansible_host"], job_id, "list")) for _, host in nodes)
     return seconds, left
+
+
+def restart(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
+    """Kill the last node's workers in a long job with train_max_restarts=1; seconds from the
+    kill to rank 0's first step of the restarted job."""
+    master = nodes[0][1]["ansible_host"]
+    run = start_long_job(
+        nodes, job_id, data, train_max_restarts=1, train_extra_args=["--epochs", "100"]
+    )
+    resumed = Output(follow(master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
+    time.sleep(1)  # let tail start
+    job_processes(nodes[-1][1]["ansible_host"], job_id, "kill")
+    killed = time.monotonic()
+    seconds = resumed.wait_seen(300) - killed
+    resumed.process.kill()
+    output, _ = run.communicate(timeout=300)
+    if run.returncode != 0:
+        sys.exit(f"train.yml failed although it could restart:\n{output[-3000:]}")
+    return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--launch-only", action="store_true", help="skip the faults and restarts")
     args = parser.parse_args()
     group_vars, nodes = inventory()
     data = group_vars["train_data_src"]
@@ -218,19 +257,27 @@ def main() -> None:
         hand.append(by_hand(nodes, torchrun, port, tag))
         play.append(with_playbook(nodes, f"{tag}-{i}", data))
         print(f"run {i + 1}: by hand {hand[-1]:.1f} s, train.yml {play[-1]:.1f} s", flush=True)
-    down = []
-    for i in range(args.repeat):
-        seconds, left = teardown(nodes, f"{tag}-fault-{i}", data)
-        down.append(seconds)
-        leftover = sum(len(v) for v in left.values())
-        print(f"fault {i + 1}: train.yml failed {seconds:.1f} s after the kill; "
-              f"processes left: {leftover}", flush=True)  # fmt: skip
     print(
         f"launch to first step (median of {args.repeat}): by hand {statistics.median(hand):.1f} s, "
         f"train.yml {statistics.median(play):.1f} s, overhead "
-        f"{statistics.median(play) - statistics.median(hand):.1f} s"
+        f"{statistics.median(play) - statistics.median(hand):.1f} s",
+        flush=True,
     )
+    if args.launch_only:
+        return
+    down, again = [], []
+    for i in range(args.repeat):
+        seconds, left = teardown(nodes, f"{tag}-fault-{i}", data)
+        down.append(seconds)
+        print(f"fault {i + 1}: train.yml failed {seconds:.1f} s after the kill; "
+              f"processes left: {left}", flush=True)  # fmt: skip
+    for i in range(args.repeat):
+        again.append(restart(nodes, f"{tag}-restart-{i}", data))
+        print(f"restart {i + 1}: training again {again[-1]:.1f} s after the kill", flush=True)
     print(f"teardown after a killed node (median): {statistics.median(down):.1f} s")
+    print(
+        f"kill to training resumed, train_max_restarts=1 (median): {statistics.median(again):.1f} s"
+    )
 
 
 if __name__ == "__main__":

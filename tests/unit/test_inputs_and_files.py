@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cluster_net
 import pytest
 import torch_job as tj
 import torch_job_node as tjn
@@ -18,6 +19,10 @@ GOOD = {
     "train_timeout": "0",
     "train_max_restarts": "2",
     "train_watch_interval": "25",
+    "train_user": "ml",
+    "ssh_trust_user": "ml",
+    "nodes": ["node0", "node1"],
+    "hosts": ["node1", "node0"],
 }
 BAD = {
     "job_id": ("bad id!", "job_id must be 1 to 64 letters"),
@@ -26,6 +31,8 @@ BAD = {
     "train_max_restarts": ("two", "train_max_restarts must be a whole number"),
     "train_watch_interval": ("0", "train_watch_interval must be a whole number of seconds"),
     "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
+    "train_user": ("root", "train_user (root) must be ssh_trust_user (ml)"),
+    "hosts": (["node0", "node2"], "node2 not in train_nodes (node0, node1)"),
 }  # fmt: skip
 
 
@@ -45,6 +52,11 @@ def test_each_bad_input_is_named_alone(name: str) -> None:
 
 def test_an_empty_job_id_is_one_to_be_made_up() -> None:
     assert tj.input_problems({**GOOD, "job_id": ""}) == []
+
+
+def test_without_ssh_trust_user_in_the_inventory_train_user_is_free() -> None:
+    # The preflight then proves the SSH trust as train_user on the master instead.
+    assert tj.input_problems({**GOOD, "ssh_trust_user": "", "train_user": "root"}) == []
 
 
 def write(path: Path, text: str) -> None:
@@ -151,3 +163,29 @@ def test_a_port_in_use_names_its_process() -> None:
         assert found[0].split()[0] == str(os.getpid())
         assert "python" in found[0]
     assert tjn.port_listeners(port) == []
+
+
+OWNED = [("lo", "127.0.0.1"), ("eth0", "10.89.0.2"), ("eth0", "fe80::1%eth0"), ("ib0", "fd00::5")]
+
+
+@pytest.mark.parametrize(
+    ("address", "interface", "words"),
+    [
+        ("10.89.0.2", "eth0", ""),
+        ("fd00:0::5", "ib0", ""),
+        ("10.89.0.9", "", "node0: cluster_address 10.89.0.9 is not an address of this host (it has "
+         "127.0.0.1, 10.89.0.2, fe80::1%eth0, fd00::5)"),
+        ("node0.example", "", "node0: cluster_address 'node0.example' is not an IP address"),
+    ],
+)  # fmt: skip
+def test_the_cluster_address_must_be_the_nodes_own(
+    address: str, interface: str, words: str
+) -> None:
+    found, problem = cluster_net.address_problem("node0", address, OWNED)
+    assert found == interface
+    assert words in problem if words else problem == ""
+
+
+def test_this_hosts_addresses_are_read_from_iproute2() -> None:
+    owned = cluster_net.own_addresses()
+    assert ("lo", "127.0.0.1") in owned

@@ -25,26 +25,8 @@ DATA = PROJECT_DIR / ".cache" / "data"
 # Enough epochs of the sandbox's 1,500 digits to still be training when a test interferes.
 LONG_JOB = ["--epochs", "400"]
 
-# Lists the processes of a job on a node: those whose environment carries the job's
-# TORCH_JOB_ID (the launcher sets it on the job's unit). Prints "PID ROLE COMMAND" per
-# process, ROLE being "worker" for torchrun's workers (they have LOCAL_RANK) and "agent"
-# otherwise; with "kill" as second argument, SIGKILLs the workers.
-JOB_PROCESSES_SCRIPT = """
-import os, signal, sys
-job, action = sys.argv[1], sys.argv[2]
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
-        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
-    except OSError:
-        continue
-    if f"TORCH_JOB_ID={job}".encode() not in env or int(pid) == os.getpid():
-        continue
-    worker = any(entry.startswith(b"LOCAL_RANK=") for entry in env)
-    if action == "kill" and worker:
-        os.kill(int(pid), signal.SIGKILL)
-    print(pid, "worker" if worker else "agent", command.strip())
-"""
+# Lists a job's processes on a node, or kills its workers (sandbox/job_processes.py).
+JOB_PROCESSES_SCRIPT = (PROJECT_DIR / "sandbox" / "job_processes.py").read_text()
 
 
 @dataclass(frozen=True)
