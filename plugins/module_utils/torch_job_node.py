@@ -6,6 +6,11 @@ Standard library only: runs on the nodes' system Python.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.torch_job import ssh_argv
 
 # /proc/net/tcp's state column: 0A is LISTEN.
 _LISTEN = "0A"
@@ -79,3 +84,32 @@ def port_listeners(port: int) -> list[str]:
                 owned.add(inode)
                 found.append(f"{pid} {_command_line(pid)[:200]}")
     return found + [f"inode {inode}" for inode in sorted(inodes - owned)]
+
+
+def unreached_peers(
+    peers: dict[str, str], as_user: Sequence[str] = (), shared: bool = True, timeout: float = 20
+) -> list[str]:
+    """One line per peer that `ssh ADDRESS true` (prefixed by as_user, e.g. runuser) does not
+    reach, and why; all peers at once. With shared, the connections stay open for later
+    polls (the watcher's)."""
+
+    def reach(name: str) -> str:
+        try:
+            done = subprocess.run(
+                [*as_user, *ssh_argv(peers[name], ["true"], shared=shared)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"{name} ({peers[name]}): no answer within {timeout:.0f} s"
+        if done.returncode == 0:
+            return ""
+        why = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        return f"{name} ({peers[name]}): {why}"
+
+    if not peers:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
+        return [why for why in pool.map(reach, peers) if why]

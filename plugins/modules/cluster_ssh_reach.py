@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job import ssh_argv
+from ansible.module_utils.torch_job_node import unreached_peers
 
 DOCUMENTATION = r"""
 module: cluster_ssh_reach
@@ -37,40 +34,14 @@ failures:
 """
 
 
-TIMEOUT_S = 30
-
-
-def reach(name: str, address: str) -> str:
-    """'' when the peer was reached, else why not."""
-    try:
-        done = subprocess.run(
-            ssh_argv(address, ["true"], shared=False),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"{name} ({address}): no answer within {TIMEOUT_S} s"
-    if done.returncode != 0:
-        return f"{name} ({address}): " + (
-            " ".join(done.stderr.split()) or f"exit status {done.returncode}"
-        )
-    return ""
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"peers": {"type": "dict", "required": True}},
         supports_check_mode=True,
     )
     peers = module.params["peers"]
-    if not peers:
-        module.exit_json(changed=False, reached=[], failures=[])
-    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
-        outcomes = dict(zip(peers, pool.map(lambda name: reach(name, peers[name]), peers)))
-    failures = [why for why in outcomes.values() if why]
-    reached = [name for name, why in outcomes.items() if not why]
+    failures = unreached_peers(peers, shared=False, timeout=30)
+    reached = [name for name in peers if not any(why.startswith(f"{name} (") for why in failures)]
     if failures:
         module.fail_json(
             msg="passwordless SSH failed to " + "; ".join(failures),

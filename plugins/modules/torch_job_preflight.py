@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cluster_net import address_problem, own_addresses
@@ -16,12 +14,11 @@ from ansible.module_utils.torch_job import (
     RUNNING,
     UNIT_PROPERTIES,
     parse_properties,
-    ssh_argv,
     subtrees_digest,
     tree_digest,
     unit_state,
 )
-from ansible.module_utils.torch_job_node import port_listeners
+from ansible.module_utils.torch_job_node import port_listeners, unreached_peers
 
 DOCUMENTATION = r"""
 module: torch_job_preflight
@@ -129,13 +126,9 @@ data_current:
 """
 
 
-SSH_TIMEOUT_S = 20
-
-
-def as_user(user: str, argv: list[str]) -> list[str]:
-    if pwd.getpwuid(os.geteuid()).pw_name == user:
-        return argv
-    return ["runuser", "-u", user, "--", *argv]
+def as_user(user: str) -> list[str]:
+    """The prefix that runs a command as user (none when the module runs as that user)."""
+    return [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]
 
 
 def read_torchrun(fact: str) -> str:
@@ -144,33 +137,6 @@ def read_torchrun(fact: str) -> str:
             return str(json.load(handle).get("torchrun", ""))
     except (OSError, ValueError, AttributeError):
         return ""
-
-
-def ssh_failures(user: str, peers: dict[str, str]) -> list[str]:
-    """One line per peer the user cannot reach over SSH. The shared connections it opens
-    are the ones the watcher then uses."""
-
-    def reach(name: str) -> str:
-        try:
-            done = subprocess.run(
-                as_user(user, ssh_argv(peers[name], ["true"])),
-                capture_output=True,
-                text=True,
-                timeout=SSH_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return f"{name} ({peers[name]}): no answer within {SSH_TIMEOUT_S} s"
-        if done.returncode == 0:
-            return ""
-        return f"{name} ({peers[name]}): " + (
-            " ".join(done.stderr.split()) or f"exit {done.returncode}"
-        )
-
-    if not peers:
-        return []
-    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
-        return [why for why in pool.map(reach, peers) if why]
 
 
 def count_gpus(gpu_dir: str) -> int:
@@ -233,7 +199,8 @@ def user_problems(node: str, user: str, peers: dict[str, str]) -> list[str]:
         pwd.getpwnam(user)
     except KeyError:
         return [f"{node}: the training user {user!r} (train_user) does not exist"]
-    unreached = ssh_failures(user, peers)
+    # The connections it opens are the ones the watcher then uses.
+    unreached = unreached_peers(peers, as_user(user))
     if not unreached:
         return []
     return [

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
-# The modules import ansible.module_utils.torch_job; here the same files are plain modules.
+# The modules import ansible.module_utils.NAME; here the same files are plain modules, and
+# those that import each other find one another under Ansible's names too.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
+for name in ("torch_job", "cluster_net"):
+    sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)

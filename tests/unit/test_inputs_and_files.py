@@ -189,3 +189,11 @@ def test_the_cluster_address_must_be_the_nodes_own(
 def test_this_hosts_addresses_are_read_from_iproute2() -> None:
     owned = cluster_net.own_addresses()
     assert ("lo", "127.0.0.1") in owned
+
+
+def test_a_peer_that_ssh_cannot_reach_is_named_with_the_reason() -> None:
+    # Nothing here trusts this host: refused, or an unknown host key, never a prompt.
+    found = tjn.unreached_peers({"ghost": "127.0.0.1"}, shared=False, timeout=20)
+    assert len(found) == 1
+    assert found[0].startswith("ghost (127.0.0.1): ")
+    assert tjn.unreached_peers({}) == []
