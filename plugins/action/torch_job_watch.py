@@ -76,7 +76,7 @@ class ActionModule(ActionBase):
         # Rank 0's output of this attempt starts where the master's log ended before it.
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
-        progress, progress_seen, misses = "", False, 0
+        progress, latest, progress_seen, misses = "", "", False, 0
         while True:
             try:
                 seen = self._execute_module(
@@ -106,9 +106,12 @@ class ActionModule(ActionBase):
             offset = seen["offset"]
             if seen["progress"]:
                 progress, progress_seen = seen["progress"], True
+            # Without a progress line yet, rank 0's latest line shows the job is alive.
+            latest = seen.get("last_line") or latest
             if seen["job"] != "running":
                 break
-            display.display(f"job {job_id} [{_elapsed(elapsed)}] {progress or 'running'}")
+            shown = progress or latest or "running (no output from rank 0 yet)"
+            display.display(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
             if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
                 seen["job"] = "timed out"
                 seen["error"] = f"the units still ran {TIMEOUT_GRACE_S} s after the time limit"

@@ -237,6 +237,19 @@ def first_failure(states: Mapping[str, NodeState], bad: Sequence[str]) -> list[s
 
 
 # --- Progress: rank 0's log ---------------------------------------------------
+# torchrun tees each worker's output into the node's log with this prefix (the launcher sets
+# it through TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE); torch adds its own "[rankN]:" to the
+# traceback of an uncaught exception. Lines without a prefix are torchrun's own.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(?:\[rank\d+\]: ?)?(.*)$")
+
+
+def rank_line(line: str) -> tuple[int, str] | None:
+    """(rank, the worker's own text) of a line a worker wrote, else None."""
+    found = _RANK_LINE.match(line)
+    return (int(found.group(1)), found.group(2)) if found else None
+
+
 def progress_matcher(prefixes: Sequence[str], regex: str = "") -> Callable[[str], bool]:
     """A line counts as progress when it starts with one of the prefixes or matches regex."""
     pattern = re.compile(regex) if regex else None
@@ -250,16 +263,17 @@ def progress_matcher(prefixes: Sequence[str], regex: str = "") -> Callable[[str]
 
 @dataclass(frozen=True)
 class LogScan:
-    progress: str  # the newest progress line in the part read, or ""
-    last_line: str  # the newest non-empty line in the part read, or ""
+    progress: str  # rank 0's newest progress line in the part read, or ""
+    last_line: str  # rank 0's newest non-empty line in the part read, or ""
     offset: int  # where the next scan starts: after the last complete line read
 
 
 def scan_log(
     path: str, offset: int, matches: Callable[[str], bool], chunk: int = 1 << 20
 ) -> LogScan:
-    """Read the log from byte `offset` to its last complete line. A log that has shrunk
-    below the offset (replaced) is read from its start."""
+    """Read rank 0's lines of the log from byte `offset` to its last complete line (without
+    their rank prefix). A log that has shrunk below the offset (replaced) is read from its
+    start."""
     progress = last = ""
     try:
         with open(path, "rb") as log:
@@ -276,15 +290,195 @@ def scan_log(
                 pending = lines.pop()
                 offset += len(data)
                 for raw in lines:
-                    line = raw.decode(errors="replace").rstrip("\r")
-                    if line.strip():
-                        last = line
-                        if matches(line):
-                            progress = line
+                    worker = rank_line(raw.decode(errors="replace").rstrip("\r"))
+                    if worker and worker[0] == 0 and worker[1].strip():
+                        last = worker[1]
+                        if matches(last):
+                            progress = last
             offset -= len(pending)
     except OSError:
         pass
     return LogScan(progress, last, offset)
+
+
+# --- Failures: which rank failed first, and what followed --------------------------
+# The launcher runs the script through this wrapper (written beside the job's log), so that
+# an uncaught exception leaves torchrun an error file (torch's own `record`): torchrun then
+# prints the exception's traceback in its summary, rank by rank. The script itself runs
+# unchanged, as `python script.py ARGS` would run it.
+RECORD_WRAPPER = '''"""Run a training script under torch's error recording (torch-cluster)."""
+import os
+import runpy
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main() -> None:
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# Failures that follow another rank's: its peers lose their connections, and torchrun stops
+# a failed node's other workers with SIGTERM.
+_CONSEQUENCE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|communicator was aborted"
+    r"|DistNetworkError",
+)
+_SUMMARY_ENTRY = re.compile(r"^\[\d+\]:$")
+_SUMMARY_FIELD = re.compile(r"^  (time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
+_SUMMARY_RULE = re.compile(r"^(=+|-+)$")
+
+
+@dataclass
+class RankFailure:
+    """One process of the job that failed: a worker (rank >= 0), or a node's torchrun
+    (rank -1, when no worker's failure is known there)."""
+
+    node: str
+    rank: int
+    local_rank: int
+    exitcode: int
+    time: float  # seconds since the epoch; 0.0 when unknown
+    message: str  # "ValueError: boom", "killed by SIGKILL", "exit status 2"
+    traceback: str = ""
+    consequence: bool = False
+
+    def describe(self) -> str:
+        if self.rank < 0:
+            return f"{self.node}: {self.message}"
+        return f"{self.node}, rank {self.rank} (local rank {self.local_rank}): {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _summary_time(text: str) -> float:
+    """torchrun's "2026-12-03_09:23:50", in the node's local time (this runs on the node)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
+def _failure_message(exitcode: int, traceback: str) -> str:
+    """The exception ("ValueError: boom"), and how the process ended when a signal did it."""
+    lines = [line.strip() for line in traceback.splitlines() if line.strip()]
+    exception = lines[-1] if lines and lines[0].startswith("Traceback") else ""
+    if exitcode >= 0:
+        return exception or f"exit status {exitcode}"
+    try:
+        killed = f"killed by {signal.Signals(-exitcode).name}"
+    except ValueError:
+        killed = f"killed by signal {-exitcode}"
+    return f"{exception}; then {killed}" if exception else killed
+
+
+def parse_torchrun_failures(text: str, node: str) -> list[RankFailure]:
+    """The failed workers in torchrun's summary of a failed run (ChildFailedError), as one
+    node's log shows it: each with its rank, exit code, time, and, when the worker left an
+    error file, its exception and traceback."""
+    failures: list[RankFailure] = []
+    fields: dict[str, str] | None = None
+    key = ""
+
+    def close() -> None:
+        if fields and "rank" in fields:
+            rank = re.match(r"(-?\d+) \(local_rank: (\d+)\)", fields["rank"])
+            code = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+            if rank and code:
+                exitcode = int(code.group(1))
+                trace = fields.get("traceback", "").rstrip()
+                message = _failure_message(exitcode, trace)
+                # torchrun stops a failed node's other workers with SIGTERM.
+                stopped = exitcode == -signal.SIGTERM
+                failures.append(
+                    RankFailure(
+                        node=node,
+                        rank=int(rank.group(1)),
+                        local_rank=int(rank.group(2)),
+                        exitcode=exitcode,
+                        time=_summary_time(fields.get("time", "")),
+                        message=message,
+                        traceback=trace if trace.startswith("Traceback") else "",
+                        consequence=stopped or bool(_CONSEQUENCE.search(message)),
+                    )
+                )
+
+    for line in text.splitlines():
+        if _SUMMARY_ENTRY.match(line):
+            close()
+            fields, key = {}, ""
+        elif fields is not None:
+            field_match = _SUMMARY_FIELD.match(line)
+            if field_match:
+                key = field_match.group(1)
+                fields[key] = field_match.group(2)
+            elif _SUMMARY_RULE.match(line.strip()) or not line.startswith("  "):
+                close()
+                fields = None
+            elif key == "traceback":
+                fields[key] += "\n" + line[2:]
+    close()
+    return failures
+
+
+def order_failures(failures: Sequence[RankFailure]) -> list[RankFailure]:
+    """The first failure first: a failure that is not a consequence of another's, earliest
+    (each node's own clock), lowest rank; the consequences after it. A rank's failure
+    reported on two nodes (it does not happen) would count once."""
+    unique = {(f.node, f.rank, f.local_rank): f for f in failures}
+    return sorted(unique.values(), key=lambda f: (f.consequence, f.time or float("inf"), f.rank))
+
+
+# Frames of the launcher's wrapper and of runpy, which stand between torch's `record` and the
+# script's own frames in a recorded traceback.
+_LAUNCHER_FRAME = re.compile(
+    r'^  File "(.*/elastic/multiprocessing/errors/__init__\.py|.*/record_errors\.py|<frozen runpy>)"'
+)
+
+
+def script_traceback(traceback: str) -> list[str]:
+    """A recorded traceback without the frames the launcher's wrapper adds."""
+    kept: list[str] = []
+    skipping = False
+    for line in traceback.splitlines():
+        if line.startswith("  File "):
+            skipping = bool(_LAUNCHER_FRAME.match(line))
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return kept
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure_report(failures: Sequence[RankFailure], tails: Mapping[str, str]) -> list[str]:
+    """The lines of the message: the first failure with its traceback (or, without one, the
+    last lines of its node's log), then the others."""
+    if not failures:
+        return []
+    first, *others = failures
+    lines = [f"First failure: {first.describe()}"]
+    if first.traceback:
+        lines += ["    " + line for line in script_traceback(first.traceback)[-16:]]
+    elif first.node in tails:
+        lines.append(f"  Last lines of {first.node}'s log:")
+        lines += ["    " + line for line in tails[first.node].rstrip("\n").splitlines()]
+    if others:
+        lines.append("Then, as consequences:" if all(f.consequence for f in others) else "Then:")
+        lines += [f"  {_short(f.describe())}" for f in others]
+    return lines
 
 
 # --- Staging: what the controller's files look like ------------------------------
@@ -372,6 +566,12 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
     outside = [host for host in inputs.get("hosts", []) if host not in nodes]
     if outside:
         problems.append(f"{', '.join(outside)} not in train_nodes ({', '.join(nodes)})")
+    for pattern in inputs.get("train_result_files", []):
+        if os.path.isabs(pattern) or ".." in pattern.replace("\\", "/").split("/"):
+            problems.append(
+                f"train_result_files must be relative to the output folder and stay in it "
+                f"(got {pattern!r})"
+            )
     regex = str(inputs.get("train_progress_regex", ""))
     if regex:
         try:
@@ -397,11 +597,33 @@ class Attempt:
     tails: dict[str, str] = field(default_factory=dict)
     error: str = ""  # why the master could not be watched, or a node's unit not started
     teardown_problems: list[str] = field(default_factory=list)
+    # Every failed process (RankFailure.as_dict()), the first failure first.
+    failures: list[dict[str, Any]] = field(default_factory=list)
     restarted: bool = False
     not_restarted_because: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+    @property
+    def first_failure(self) -> RankFailure | None:
+        return RankFailure(**self.failures[0]) if self.failures else None
+
+
+def job_failures(
+    nodes: Mapping[str, Mapping[str, Any]], reported: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[RankFailure]:
+    """Every failure of an attempt, the first first: the workers' (from each node's torchrun
+    summary), and the node's own (its unit's state) for a node that failed, timed out or
+    stopped answering with no worker's failure known there."""
+    failures = [RankFailure(**failure) for found in reported.values() for failure in found]
+    known = {failure.node for failure in failures}
+    for name, node in nodes.items():
+        if name not in known and node.get("state") in (FAILED, UNREACHABLE):
+            detail = f"{node['state']} ({node.get('detail', '')})"
+            ended = float(node.get("ended") or 0.0)
+            failures.append(RankFailure(name, -1, -1, 0, ended, detail))
+    return order_failures(failures)
 
 
 def teardown_problems(teardown: Mapping[str, Mapping[str, object]]) -> tuple[list[str], list[str]]:
@@ -475,13 +697,12 @@ def describe_attempt(attempt: Attempt) -> str:
         return f"attempt {attempt.number}: succeeded after {attempt.seconds:.0f} s"
     if attempt.outcome == JOB_UNWATCHABLE:
         return f"attempt {attempt.number}: the master could not be watched: {attempt.error}"
-    parts = []
-    for position, name in enumerate(attempt.failed_nodes):
-        node = attempt.nodes.get(name, {})
-        state = "unreachable" if name in attempt.unreachable_nodes else node.get("state", "failed")
-        note = "" if position == 0 or len(attempt.failed_nodes) == 1 else " (after the first)"
-        parts.append(f"{name}: {state} ({node.get('detail', attempt.error)}){note}")
-    what = "; ".join(parts) or attempt.error or attempt.outcome
+    first = attempt.first_failure
+    if first:
+        others = len(attempt.failures) - 1
+        what = first.describe() + (f" (first of {others + 1} failures)" if others else "")
+    else:
+        what = attempt.error or attempt.outcome
     return f"attempt {attempt.number}: {attempt.outcome} after {attempt.seconds:.0f} s: {what}"
 
 
@@ -502,7 +723,8 @@ def final_message(
     stop_hint: str,
 ) -> str:
     """What the user reads when a job did not succeed: how it ended, each attempt, why it
-    was not restarted, the failed nodes' logs, and where everything is."""
+    was not restarted, the first failure with its traceback and what followed it, and where
+    everything is."""
     last = attempts[-1]
     how = {
         JOB_STOPPED: "was stopped by playbooks/stop.yml",
@@ -515,26 +737,19 @@ def final_message(
         lines.append(f"It was restarted {len(attempts) - 1} time(s); each attempt:")
         lines += [f"  {describe_attempt(a)}" for a in attempts]
     if last.outcome == JOB_FAILED and max_restarts > 0:
-        lines.append(
-            f"Not restarted{' again' if len(attempts) > 1 else ''}: {last.not_restarted_because}."
-        )
+        again = " again" if len(attempts) > 1 else ""
+        lines.append(f"Not restarted{again}: {last.not_restarted_because}.")
     if last.outcome == JOB_UNWATCHABLE:
         lines.append(f"The master could not be watched: {last.error}")
-    for name in last.failed_nodes:
-        node = last.nodes.get(name, {})
-        if name in last.unreachable_nodes:
-            lines.append(
-                f"{name}: unreachable ({node.get('detail', last.error)}): its processes could not "
-                "be stopped. They end at the trainer's collective timeout; to stop them at once, "
-                f"run {stop_hint} when {name} answers again."
-            )
-        else:
-            lines.append(
-                f"{name}: {node.get('state', 'failed')} ({node.get('detail', last.error)})."
-            )
-            if name in last.tails:
-                lines.append(f"  Last lines of {name}'s log:")
-                lines += ["    " + line for line in last.tails[name].rstrip("\n").splitlines()]
+    if last.outcome == JOB_FAILED:
+        failures = [RankFailure(**failure) for failure in last.failures]
+        lines += failure_report(failures, last.tails)
+    for name in last.unreachable_nodes:
+        lines.append(
+            f"{name} stopped answering: its processes could not be stopped. They end at the "
+            f"trainer's collective timeout; to stop them at once, run {stop_hint} when {name} "
+            "answers again."
+        )
     lines += last.teardown_problems
-    lines.append(f"Logs: {run_dir}/")
+    lines.append(f"Logs: {run_dir}/ (attempts.json, failure.json)")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ Standard library only: runs on the nodes' system Python.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 from collections.abc import Sequence
@@ -40,6 +41,19 @@ def job_processes(job_id: str) -> list[str]:
             continue
         found.append(f"{pid} {_command_line(pid)[:200]}")
     return found
+
+
+def matching_files(root: str, patterns: Sequence[str]) -> list[str]:
+    """The files under root that match the glob patterns (relative to root; ** spans
+    folders), as sorted relative paths. Nothing outside root is returned."""
+    found = set()
+    real_root = os.path.realpath(root)
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(glob.escape(root), pattern), recursive=True):
+            inside = os.path.realpath(path).startswith(real_root + os.sep)
+            if os.path.isfile(path) and inside:
+                found.add(os.path.relpath(path, root))
+    return sorted(found)
 
 
 def _listening_inodes(port: int) -> set[str]:

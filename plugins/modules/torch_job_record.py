@@ -10,10 +10,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.torch_job import (
+    JOB_FAILED,
     JOB_SUCCEEDED,
     Attempt,
     decide_restart,
     final_message,
+    job_failures,
     restart_message,
     teardown_problems,
     time_left,
@@ -26,6 +28,9 @@ description:
   - Runs on the controller after each attempt (the job's units started, watched and stopped).
     Adds the attempt to I(path) (the job's C(attempts.json) in its runs folder), decides
     whether the job starts again from its checkpoint, and returns the message for the user.
+  - After a failure, orders every failed process (from torchrun's summaries, which each
+    node's stop returned, and the nodes' states) so that the first failure leads, and writes
+    them to C(failure.json) beside I(path).
   - A job restarts when it failed after training had started, it has restarts left, and every
     node answered the stop and is clean (no process of the job left, the master port free).
     It never restarts on fewer nodes, after a requested stop, or after its time limit.
@@ -96,6 +101,15 @@ attempts:
 """
 
 
+def write_json(path: str, data: object) -> None:
+    """Replace the file at once (a reader never sees half of it)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.partial", "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+    os.replace(f"{path}.partial", path)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -128,8 +142,13 @@ def main() -> None:
         error=watch.get("error", "") or watch.get("msg", ""),
         teardown_problems=problems,
     )
+    reported = {name: result.get("failures") or [] for name, result in params["teardown"].items()}
+    attempt.failures = [f.as_dict() for f in job_failures(attempt.nodes, reported)]
     if attempt.outcome == JOB_SUCCEEDED and problems:
         attempt.outcome = "failed"  # a job that leaves processes behind did not end cleanly
+    failure_file = os.path.join(os.path.dirname(params["path"]), "failure.json")
+    if params["attempt"] == 1 and os.path.exists(failure_file):
+        os.remove(failure_file)  # an earlier run's
     previous = []
     if params["attempt"] > 1 and os.path.exists(params["path"]):
         with open(params["path"]) as handle:
@@ -150,12 +169,17 @@ def main() -> None:
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "attempts": [a.as_dict() for a in attempts],
     }
-    os.makedirs(os.path.dirname(params["path"]), exist_ok=True)
-    partial = f"{params['path']}.partial"
-    with open(partial, "w") as handle:
-        json.dump(record, handle, indent=2)
-        handle.write("\n")
-    os.replace(partial, params["path"])
+    write_json(params["path"], record)
+    if attempt.outcome == JOB_FAILED:
+        write_json(
+            failure_file,
+            {
+                "job_id": params["job_id"],
+                "attempt": attempt.number,
+                "first_failure": attempt.failures[0] if attempt.failures else None,
+                "consequences": attempt.failures[1:],
+            },
+        )
 
     if attempt.restarted:
         message = restart_message(params["job_id"], attempt, params["max_restarts"])

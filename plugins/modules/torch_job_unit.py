@@ -8,14 +8,16 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.torch_job import (
+    RECORD_WRAPPER,
     RUNNING,
     STOPPED,
     UNIT_PROPERTIES,
     parse_properties,
+    parse_torchrun_failures,
     tree_digest,
     unit_state,
 )
-from ansible.module_utils.torch_job_node import job_processes, port_listeners
+from ansible.module_utils.torch_job_node import job_processes, matching_files, port_listeners
 
 DOCUMENTATION = r"""
 module: torch_job_unit
@@ -81,6 +83,30 @@ options:
     type: list
     elements: path
     default: []
+  wrapper:
+    description:
+      - Where to write the launcher's wrapper that runs the script under torch's error
+        recording (torch_job.RECORD_WRAPPER); the command names it. Empty for none.
+    type: path
+    default: ""
+  log_start:
+    description:
+      - With I(state=absent), where this attempt's part of the log starts; the failures
+        torchrun reported there are returned.
+    type: int
+    default: -1
+  results:
+    description: With I(state=absent), glob patterns of result files, relative to I(output_dir).
+    type: list
+    elements: str
+    default: []
+  output_dir:
+    description: The job's output folder, where I(results) are looked for.
+    type: path
+  node_name:
+    description: This node's inventory hostname, for the failures returned.
+    type: str
+    default: ""
   header:
     description: A line appended to the log before the start, to tell runs and attempts apart.
     type: str
@@ -117,6 +143,14 @@ port_users:
   description: Processes listening on I(port) after the stop.
   type: list
   returned: when state is absent
+failures:
+  description: The failed workers torchrun reported in this attempt's part of the log.
+  type: list
+  returned: when state is absent
+results:
+  description: The files of I(output_dir) that match I(results), relative to it.
+  type: list
+  returned: when state is absent
 """
 
 
@@ -144,6 +178,34 @@ def clear(module: AnsibleModule, name: str, props: dict[str, str]) -> bool:
     return True
 
 
+# torchrun prints its summary of a failed run last: this much of the log's end holds it.
+SUMMARY_BYTES = 256 * 1024
+
+
+def read_tail(path: str, start: int) -> str:
+    """The log from byte start on, or its last SUMMARY_BYTES when that is shorter."""
+    try:
+        with open(path, "rb") as log:
+            size = os.fstat(log.fileno()).st_size
+            log.seek(max(min(start, size), size - SUMMARY_BYTES))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def write_if_changed(path: str, content: str) -> None:
+    try:
+        with open(path) as current:
+            if current.read() == content:
+                return
+    except OSError:
+        pass
+    with open(f"{path}.partial", "w") as handle:
+        handle.write(content)
+    os.chmod(f"{path}.partial", 0o644)
+    os.replace(f"{path}.partial", path)
+
+
 def systemd_run(params: dict) -> list[str]:
     argv = [
         "systemd-run",
@@ -166,6 +228,26 @@ def systemd_run(params: dict) -> list[str]:
     return [*argv, "--", *params["command"]]
 
 
+def prepare(params: dict) -> int:
+    """Make the job's folders and files ready for a start; where the log ends now."""
+    for path in params["remove"]:
+        if os.path.lexists(path):
+            os.remove(path)
+    user = pwd.getpwnam(params["user"])
+    log = params["log"]
+    for folder in [*params["folders"], params["working_directory"], os.path.dirname(log)]:
+        if not os.path.isdir(folder):
+            os.makedirs(folder, mode=0o755)
+            os.chown(folder, user.pw_uid, user.pw_gid)
+    log_start = os.path.getsize(log) if os.path.exists(log) else 0
+    if params["wrapper"]:
+        write_if_changed(params["wrapper"], RECORD_WRAPPER)
+    if params["header"]:
+        with open(log, "a") as handle:
+            handle.write(params["header"].rstrip("\n") + "\n")
+    return log_start
+
+
 def start(module: AnsibleModule) -> None:
     params = module.params
     for required in ("command", "working_directory", "log"):
@@ -184,22 +266,10 @@ def start(module: AnsibleModule) -> None:
     if state.state == RUNNING:
         module.fail_json(msg=f"{params['name']} is running already ({state.detail})")
     argv = systemd_run(params)
-    log = params["log"]
     if module.check_mode:
         module.exit_json(changed=True, command=argv, log_start=0)
     clear(module, params["name"], props)
-    for path in params["remove"]:
-        if os.path.lexists(path):
-            os.remove(path)
-    user = pwd.getpwnam(params["user"])
-    for folder in [*params["folders"], params["working_directory"], os.path.dirname(log)]:
-        if not os.path.isdir(folder):
-            os.makedirs(folder, mode=0o755)
-            os.chown(folder, user.pw_uid, user.pw_gid)
-    log_start = os.path.getsize(log) if os.path.exists(log) else 0
-    if params["header"]:
-        with open(log, "a") as handle:
-            handle.write(params["header"].rstrip("\n") + "\n")
+    log_start = prepare(params)
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)
@@ -213,12 +283,20 @@ def stop(module: AnsibleModule) -> None:
     changed = clear(module, params["name"], props)
     leftovers = [] if module.check_mode else job_processes(params["job_id"])
     port_users = port_listeners(params["port"]) if params["port"] else []
+    failures = []
+    if params["log_start"] >= 0 and params["log"]:
+        summary = read_tail(params["log"], params["log_start"])
+        failures = [f.as_dict() for f in parse_torchrun_failures(summary, params["node_name"])]
     module.exit_json(
         changed=changed,
         was=was.as_dict(),
         gone=was.state == STOPPED and not changed,
         leftovers=leftovers,
         port_users=port_users,
+        failures=failures,
+        results=matching_files(params["output_dir"], params["results"])
+        if params["results"]
+        else [],
     )
 
 
@@ -238,6 +316,11 @@ def main() -> None:
             "code_dir": {"type": "path"},
             "code_digest": {"type": "str", "default": ""},
             "folders": {"type": "list", "elements": "path", "default": []},
+            "wrapper": {"type": "path", "default": ""},
+            "log_start": {"type": "int", "default": -1},
+            "node_name": {"type": "str", "default": ""},
+            "results": {"type": "list", "elements": "str", "default": []},
+            "output_dir": {"type": "path"},
             "header": {"type": "str", "default": ""},
             "remove": {"type": "list", "elements": "path", "default": []},
             "port": {"type": "int", "default": 0},

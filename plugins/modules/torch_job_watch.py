@@ -16,6 +16,7 @@ from ansible.module_utils.torch_job import (
     first_failure,
     parse_properties,
     progress_matcher,
+    rank_line,
     scan_log,
     ssh_argv,
     unit_state,
@@ -144,11 +145,17 @@ def poll_node(address: str | None, unit: str) -> NodeState:
 
 
 def tail(address: str | None, log: str, lines: int) -> str:
+    """The last lines the node's workers wrote (torchrun's own lines left out), or the
+    log's last lines when no worker wrote any (torchrun failed before it started them)."""
     try:
-        done = run(address, ["tail", "-n", str(lines), log])
+        done = run(address, ["tail", "-n", str(max(20 * lines, 400)), log])
     except subprocess.TimeoutExpired:
         return "(the node did not answer)"
-    return done.stdout if done.returncode == 0 else f"(no log: {done.stderr.strip()})"
+    if done.returncode != 0:
+        return f"(no log: {done.stderr.strip()})"
+    everything = done.stdout.splitlines()
+    workers = [line for line in everything if rank_line(line)]
+    return "\n".join((workers or everything)[-lines:]) + "\n"
 
 
 def main() -> None:

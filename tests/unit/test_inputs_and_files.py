@@ -23,6 +23,7 @@ GOOD = {
     "ssh_trust_user": "ml",
     "nodes": ["node0", "node1"],
     "hosts": ["node1", "node0"],
+    "train_result_files": ["metrics.json", "*.pt", "logs/**"],
 }
 BAD = {
     "job_id": ("bad id!", "job_id must be 1 to 64 letters"),
@@ -33,6 +34,7 @@ BAD = {
     "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
     "train_user": ("root", "train_user (root) must be ssh_trust_user (ml)"),
     "hosts": (["node0", "node2"], "node2 not in train_nodes (node0, node1)"),
+    "train_result_files": (["*.pt", "../secrets"], "must be relative to the output folder"),
 }  # fmt: skip
 
 
@@ -64,30 +66,45 @@ def write(path: Path, text: str) -> None:
         log.write(text)
 
 
-def test_the_newest_progress_line_and_where_to_read_on(tmp_path: Path) -> None:
+def test_the_newest_progress_line_of_rank_0_and_where_to_read_on(tmp_path: Path) -> None:
     log = tmp_path / "node.log"
     matches = tj.progress_matcher(["progress "], r"^Epoch \d+ \|")
-    write(log, "start\nprogress step=1\nnoise\nEpoch 3 | loss 0.5\npartial li")
+    write(
+        log,
+        "=== torch-cluster: job j, attempt 1 ===\n"
+        "W1203 09:23:43.871000 1565 torch/distributed/run.py:982] progress of torchrun\n"
+        "[rank0]: start\n[rank0]: progress step=1\n[rank1]: Epoch 9 | from rank 1\n"
+        "[rank0]: noise\n[rank0]: Epoch 3 | loss 0.5\n[rank0]: partial li",
+    )
     scan = tj.scan_log(str(log), 0, matches)
     assert (scan.progress, scan.last_line) == ("Epoch 3 | loss 0.5", "Epoch 3 | loss 0.5")
-    assert scan.offset == log.stat().st_size - len("partial li")
-    write(log, "ne\nprogress step=2\n")
+    assert scan.offset == log.stat().st_size - len("[rank0]: partial li")
+    write(
+        log, "ne\n[rank0]: progress step=2\n[rank0]: [rank0]: Traceback (most recent call last):\n"
+    )
     later = tj.scan_log(str(log), scan.offset, matches)
     assert (later.progress, later.offset) == ("progress step=2", log.stat().st_size)
+    assert later.last_line == "Traceback (most recent call last):"
     assert tj.scan_log(str(log), later.offset, matches).progress == ""
+
+
+def test_a_line_tells_which_rank_wrote_it() -> None:
+    assert tj.rank_line("[rank12]: Epoch 3") == (12, "Epoch 3")
+    assert tj.rank_line("[rank2]: [rank2]: ValueError: boom") == (2, "ValueError: boom")
+    assert tj.rank_line("E1203 09:23:51.353000 1565 api.py:1002] failed (exitcode: 1)") is None
 
 
 def test_a_log_read_from_a_later_offset_skips_earlier_runs(tmp_path: Path) -> None:
     log = tmp_path / "node.log"
-    write(log, "progress old run\n")
+    write(log, "[rank0]: progress old run\n")
     start = log.stat().st_size
-    write(log, "no progress yet\n")
+    write(log, "[rank0]: no progress yet\n")
     assert tj.scan_log(str(log), start, tj.progress_matcher(["progress "])).progress == ""
 
 
 def test_a_replaced_log_is_read_from_its_start(tmp_path: Path) -> None:
     log = tmp_path / "node.log"
-    write(log, "progress new\n")
+    write(log, "[rank0]: progress new\n")
     assert (
         tj.scan_log(str(log), 10_000, tj.progress_matcher(["progress "])).progress == "progress new"
     )
@@ -197,3 +214,27 @@ def test_a_peer_that_ssh_cannot_reach_is_named_with_the_reason() -> None:
     assert len(found) == 1
     assert found[0].startswith("ghost (127.0.0.1): ")
     assert tjn.unreached_peers({}) == []
+
+
+@pytest.mark.parametrize("pattern", ["/etc/passwd", "../x", "logs/../../x", "a\\..\\b"])
+def test_a_result_pattern_outside_the_output_folder_is_refused(pattern: str) -> None:
+    problems = tj.input_problems({**GOOD, "train_result_files": [pattern]})
+    assert problems == [
+        f"train_result_files must be relative to the output folder and stay in it (got {pattern!r})"
+    ]
+
+
+def test_result_patterns_match_files_inside_the_output_folder_only(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    (out / "logs" / "deep").mkdir(parents=True)
+    for name in ("metrics.json", "snapshot.pt", "logs/a.txt", "logs/deep/b.txt", "other.bin"):
+        (out / name).write_text("x")
+    (tmp_path / "secret.pt").write_text("x")
+    (out / "link.pt").symlink_to(tmp_path / "secret.pt")
+    patterns = ["metrics.json", "*.pt", "logs/**", "missing.txt"]
+    assert tjn.matching_files(str(out), patterns) == [
+        "logs/a.txt",
+        "logs/deep/b.txt",
+        "metrics.json",
+        "snapshot.pt",
+    ]

@@ -20,9 +20,23 @@ def attempt(outcome: str = tj.JOB_FAILED, **changes: Any) -> tj.Attempt:
         "training_started": True,
         "seconds": 42.0,
         "tails": {
-            "node1": "step 3\nKilled\n",
-            "node0": "RuntimeError: Connection closed by peer\n",
+            "node1": "[rank1]: step 3\n",
+            "node0": "[rank0]: RuntimeError: Connection closed by peer\n",
         },
+        # node1's worker was killed; node0's lost its peer.
+        "failures": [
+            tj.RankFailure("node1", 1, 0, -9, 100.0, "killed by SIGKILL").as_dict(),
+            tj.RankFailure(
+                "node0",
+                0,
+                0,
+                1,
+                100.0,
+                "RuntimeError: Connection closed by peer",
+                traceback="Traceback (most recent call last):\nRuntimeError: Connection closed",
+                consequence=True,
+            ).as_dict(),
+        ],
     }
     values.update(changes)
     return tj.Attempt(**values)
@@ -116,8 +130,10 @@ def test_the_stop_results_tell_unreachable_and_unclean_nodes(
 
 def test_the_restart_message_names_the_node_the_reason_and_the_attempt() -> None:
     message = tj.restart_message("job7", attempt(), max_restarts=2)
-    assert "attempt 1: failed after 42 s: node1: failed (torchrun killed by SIGKILL);" in message
-    assert "node0: failed (torchrun exit status 1) (after the first)" in message
+    assert (
+        "attempt 1: failed after 42 s: node1, rank 1 (local rank 0): killed by SIGKILL "
+        "(first of 2 failures)."
+    ) in message
     assert "restart 1 of 2" in message
 
 
@@ -129,11 +145,29 @@ def test_a_failed_job_reports_every_attempt_and_the_first_failed_nodes_log() -> 
     assert "It was restarted 1 time(s); each attempt:" in lines
     assert sum(line.startswith("  attempt ") for line in lines) == 2
     assert "Not restarted again: used up." in lines
-    assert lines.index("node1: failed (torchrun killed by SIGKILL).") < lines.index(
-        "node0: failed (torchrun exit status 1)."
-    )
-    assert "    Killed" in lines
-    assert lines[-1] == "Logs: /runs/job7/"
+    first = lines.index("First failure: node1, rank 1 (local rank 0): killed by SIGKILL")
+    assert lines[first + 1 : first + 5] == [
+        "  Last lines of node1's log:",
+        "    [rank1]: step 3",
+        "Then, as consequences:",
+        "  node0, rank 0 (local rank 0): RuntimeError: Connection closed by peer",
+    ]
+    assert lines[-1] == "Logs: /runs/job7/ (attempts.json, failure.json)"
+
+
+def test_a_first_failure_with_a_traceback_shows_it_instead_of_the_log() -> None:
+    raised = tj.RankFailure(
+        "node1", 2, 0, 1, 5.0, "ValueError: boom",
+        traceback="Traceback (most recent call last):\n  File \"t.py\", line 7\nValueError: boom",
+    )  # fmt: skip
+    lines = report([attempt(failures=[raised.as_dict()])]).splitlines()
+    start = lines.index("First failure: node1, rank 2 (local rank 0): ValueError: boom")
+    assert lines[start + 1 : start + 4] == [
+        "    Traceback (most recent call last):",
+        '      File "t.py", line 7',
+        "    ValueError: boom",
+    ]
+    assert "Last lines of" not in "\n".join(lines)
 
 
 @pytest.mark.parametrize(
@@ -147,8 +181,10 @@ def test_the_message_says_how_the_job_ended(outcome: str, words: str) -> None:
 
 
 def test_an_unreachable_node_gets_the_way_to_stop_it_later() -> None:
-    lost = attempt(unreachable_nodes=["node1"], failed_nodes=["node1"])
-    lost.nodes["node1"] = {"state": tj.UNREACHABLE, "detail": "no answer within 8 s"}
+    unreachable = tj.RankFailure("node1", -1, -1, 0, 0.0, "unreachable (no answer within 8 s)")
+    lost = attempt(
+        unreachable_nodes=["node1"], failed_nodes=["node1"], failures=[unreachable.as_dict()]
+    )
     message = report([lost], stop_hint="ansible-playbook playbooks/stop.yml -e job_id=j")
     assert "it is stopped on every node that answers." in message
     assert "node1: unreachable (no answer within 8 s)" in message

@@ -1,0 +1,102 @@
+"""Which rank failed first, from torchrun's summaries of a failed run, and what followed.
+
+The data files hold torchrun's summaries as torch 2.14 prints them (node1's was printed on the
+sandbox by a script that raised ValueError on rank 2; the frames are shortened)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch_job as tj
+
+DATA = Path(__file__).parent / "data"
+
+
+def summary(node: str) -> list[tj.RankFailure]:
+    return tj.parse_torchrun_failures((DATA / f"torchrun_summary_{node}.log").read_text(), node)
+
+
+def at(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%d_%H:%M:%S"))
+
+
+def test_a_raised_exception_is_read_with_its_rank_time_and_traceback() -> None:
+    failures = {f.rank: f for f in summary("node1")}
+    raised = failures[2]
+    assert (raised.node, raised.local_rank, raised.exitcode) == ("node1", 0, 1)
+    assert raised.message == "ValueError: boom from rank 2"
+    assert raised.time == at("2026-12-03_09:23:50")
+    assert raised.traceback.startswith("Traceback (most recent call last):")
+    assert raised.traceback.splitlines()[-1] == "ValueError: boom from rank 2"
+    assert not raised.consequence
+
+
+def test_a_worker_that_torchrun_stopped_after_a_lost_peer_is_a_consequence() -> None:
+    stopped = {f.rank: f for f in summary("node1")}[3]
+    assert stopped.exitcode == -15
+    assert stopped.message.startswith("RuntimeError: [")
+    assert stopped.message.endswith("; then killed by SIGTERM")
+    assert stopped.consequence
+
+
+def test_a_killed_worker_is_named_with_its_signal() -> None:
+    (killed,) = summary("node0")
+    assert (killed.rank, killed.exitcode, killed.message) == (0, -9, "killed by SIGKILL")
+    assert killed.traceback == ""
+    assert not killed.consequence
+
+
+def test_a_log_without_a_summary_has_no_failures() -> None:
+    assert tj.parse_torchrun_failures("[rank0]: progress 1\n[rank0]: done\n", "node0") == []
+
+
+def test_the_first_failure_leads_and_the_consequences_follow() -> None:
+    lost = "RuntimeError: Connection closed by peer"
+    peer_lost = tj.RankFailure("node0", 0, 0, 1, at("2026-12-03_09:23:50"), lost, consequence=True)
+    ordered = tj.order_failures([*summary("node1"), peer_lost])
+    assert [(f.node, f.rank) for f in ordered] == [("node1", 2), ("node0", 0), ("node1", 3)]
+
+
+def test_a_node_whose_workers_left_no_summary_counts_by_its_unit() -> None:
+    nodes = {
+        "node0": {"state": tj.FAILED, "detail": "torchrun exit status 1", "ended": 10.0},
+        "node1": {"state": tj.UNREACHABLE, "detail": "no answer within 8 s", "ended": 0.0},
+        "node2": {"state": tj.STOPPED, "detail": "stopped before it ended", "ended": 9.0},
+    }
+    failures = tj.job_failures(nodes, {})
+    assert [f.describe() for f in failures] == [
+        "node0: failed (torchrun exit status 1)",
+        "node1: unreachable (no answer within 8 s)",
+    ]
+
+
+def test_the_report_shows_the_first_failures_traceback_and_lists_the_others() -> None:
+    lines = tj.failure_report(tj.order_failures(summary("node1")), {"node1": "[rank2]: x\n"})
+    assert lines[0] == "First failure: node1, rank 2 (local rank 0): ValueError: boom from rank 2"
+    assert "    ValueError: boom from rank 2" in lines
+    assert lines[-2] == "Then, as consequences:"
+    assert lines[-1].startswith("  node1, rank 3 (local rank 1): RuntimeError: [")
+
+
+def test_the_traceback_shown_leaves_out_the_launchers_wrapper() -> None:
+    recorded = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/env/lib/python3.11/site-packages/torch/distributed/elastic/'
+            'multiprocessing/errors/__init__.py", line 380, in wrapper',
+            "    return f(*args, **kwargs)",
+            '  File "/var/lib/torch-cluster/jobs/j/record_errors.py", line 14, in main',
+            '    runpy.run_path(script, run_name="__main__")',
+            '  File "<frozen runpy>", line 291, in run_path',
+            '  File "/var/lib/torch-cluster/code/abc/fail.py", line 7, in <module>',
+            "    raise ValueError(boom)",
+            "ValueError: boom",
+        ]
+    )
+    assert tj.script_traceback(recorded) == [
+        "Traceback (most recent call last):",
+        '  File "/var/lib/torch-cluster/code/abc/fail.py", line 7, in <module>',
+        "    raise ValueError(boom)",
+        "ValueError: boom",
+    ]
