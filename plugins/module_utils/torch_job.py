@@ -441,7 +441,8 @@ def order_failures(failures: Sequence[RankFailure]) -> list[RankFailure]:
 # Frames of the launcher's wrapper and of runpy, which stand between torch's `record` and the
 # script's own frames in a recorded traceback.
 _LAUNCHER_FRAME = re.compile(
-    r'^  File "(.*/elastic/multiprocessing/errors/__init__\.py|.*/record_errors\.py|<frozen runpy>)"'
+    r'^  File "(.*/elastic/multiprocessing/errors/__init__\.py'
+    r'|.*/record_errors\.py|<frozen runpy>)"'
 )
 
 
