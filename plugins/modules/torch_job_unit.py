@@ -167,15 +167,25 @@ def clear(module: AnsibleModule, name: str, props: dict[str, str]) -> bool:
     active = props.get("ActiveState", "inactive")
     if props.get("LoadState") == "not-found" or active == "inactive":
         return False
-    if not module.check_mode:
-        if active != "failed":
-            rc, _, err = module.run_command(["systemctl", "stop", name])
-            if rc != 0:
-                module.fail_json(msg=f"systemctl stop {name}: {err.strip()}")
-        after = show(module, name)
-        if after.get("ActiveState") == "failed":
-            module.run_command(["systemctl", "reset-failed", name], check_rc=True)
+    if module.check_mode:
+        return True
+    # Another stop may run at the same time (playbooks/stop.yml while train.yml tears the
+    # job down): a unit that is gone by the time a command reaches it is what both want.
+    if active != "failed":
+        rc, _, err = module.run_command(["systemctl", "stop", name])
+        if rc != 0 and not gone(module, name):
+            module.fail_json(msg=f"systemctl stop {name}: {err.strip()}")
+    if show(module, name).get("ActiveState") == "failed":
+        rc, _, err = module.run_command(["systemctl", "reset-failed", name])
+        if rc != 0 and not gone(module, name):
+            module.fail_json(msg=f"systemctl reset-failed {name}: {err.strip()}")
     return True
+
+
+def gone(module: AnsibleModule, name: str) -> bool:
+    """The unit is stopped and its name free (or about to be: inactive)."""
+    props = show(module, name)
+    return props.get("LoadState") == "not-found" or props.get("ActiveState") == "inactive"
 
 
 # torchrun prints its summary of a failed run last: this much of the log's end holds it.

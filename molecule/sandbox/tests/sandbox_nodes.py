@@ -95,6 +95,16 @@ class Node:
             raise ValueError(msg)
         return value
 
+    @property
+    def interface(self) -> str:
+        """The interface that carries the node's address."""
+        links = json.loads(self.host.check_output("ip -j -4 address show"))
+        return next(
+            link["ifname"]
+            for link in links
+            if any(entry["local"] == self.address for entry in link.get("addr_info", []))
+        )
+
     def connect(self, address: str, port: int, timeout: float = 5) -> Connection:
         """Open a TCP connection from this node to ADDRESS:PORT."""
         result = self.host.check_output(

@@ -6,6 +6,8 @@ with gloo on the CPU, under a job id of its own, and collects into a folder of i
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -28,10 +30,11 @@ def test_two_nodes_with_nproc_2_train_as_world_size_4(
 def test_results_and_every_nodes_log_reach_the_controller(
     playbook: Playbook, job: Job, members: list[Node]
 ) -> None:
-    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "1"))
+    patterns = ["*.json", "loss.png", "checkpoint.*"]
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "1", train_result_files=patterns))
     assert outcome.rc == 0, outcome.output
     run = playbook.runs_dir / job.job_id
-    expected = {"metrics.json", "loss.png", *(f"{node}.log" for node in members)}
+    expected = {"metrics.json", "loss.png", "checkpoint.pt", *(f"{node}.log" for node in members)}
     assert expected <= {path.name for path in run.iterdir()}
     assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
 
@@ -68,7 +71,13 @@ def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere
     teardown = time.monotonic() - killed
     assert outcome.rc != 0, outcome.output
     assert teardown < TEARDOWN_LIMIT_S, f"the playbook took {teardown:.1f} s to fail"
-    assert f"{victim}: failed" in outcome.output
+    # nproc 2: the victim's workers are ranks 2 and 3; the first of them to be seen dead leads.
+    assert re.search(
+        rf"First failure: {victim}, rank [23] \(local rank [01]\): killed by SIGKILL",
+        outcome.output,
+    ), outcome.output
+    failure = json.loads((playbook.runs_dir / job.job_id / "failure.json").read_text())
+    assert failure["first_failure"]["node"] == victim.name
     assert len(attempts(playbook, job)) == 1, "the default is not to restart"
     assert {node.name: job.processes(node) for node in members} == {n.name: [] for n in members}
 

@@ -146,3 +146,18 @@ def test_a_train_user_the_nodes_do_not_trust_is_refused(
     outcome = train(playbook, job, train_user="nobody")
     message = f"the master {members[0]} cannot reach every node over SSH as nobody"
     assert_refused_before_anything_started(outcome, message, job, members)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"train_result_files": ["../../etc/shadow"]}, "train_result_files must be relative"),
+        ({"train_result_files": ["/etc/shadow"]}, "train_result_files must be relative"),
+        ({"train_progress_regex": "epoch=("}, "train_progress_regex is not a regular expression"),
+    ],
+    ids=["pattern-climbs-out", "pattern-absolute", "regex-does-not-compile"],
+)
+def test_bad_result_patterns_and_progress_regexes_are_refused(
+    playbook: Playbook, job: Job, members: list[Node], extra: dict, message: str
+) -> None:
+    assert_refused_before_anything_started(train(playbook, job, **extra), message, job, members)

@@ -16,8 +16,9 @@ from sandbox_nodes import Node
 
 # A job slow enough on the sandbox (about 1.5 s an epoch) that a kill lands inside an epoch.
 SLOW_JOB = ["--epochs", "6", "--model", "cnn", "--batch-size", "16", "--log-interval", "0"]
-# A progress line in the middle of epoch 3 or later (47 steps an epoch; one line per 10 steps).
-MID_EPOCH = r"^progress epoch=[3-5]/6 step=[1-3]0/"
+# Rank 0's progress line in the middle of epoch 3 or later (47 steps an epoch; one line per 10
+# steps).
+MID_EPOCH = r"^\[rank0\]: progress epoch=[3-5]/6 step=[1-3]0/"
 
 
 def attempt_lines(log: str) -> list[str]:
@@ -48,11 +49,13 @@ def test_a_job_killed_mid_epoch_restarts_from_its_checkpoint_and_ends_as_if_unin
         running.kill()
     assert outcome.rc == 0, outcome.output
     assert f"Job {job.job_id}: attempt 1: failed after" in outcome.output
-    assert f"{victim}: failed (" in outcome.output
+    # One process a node: the victim's worker is rank 1.
+    assert f"{victim}, rank 1 (local rank 0): killed by SIGKILL" in outcome.output
     assert "restarting the whole job from its checkpoint (restart 1 of 1)" in outcome.output
 
     first, second = attempt_lines(job.log(members[0]))
-    lost_epoch = int(re.findall(r"^progress epoch=(\d+)/6", first, flags=re.MULTILINE)[-1])
+    progress = re.findall(r"^\[rank0\]: progress epoch=(\d+)/6", first, flags=re.MULTILINE)
+    lost_epoch = int(progress[-1])
     assert f"epoch {lost_epoch}/6 loss=" not in first, "the kill came between epochs"
     assert f"continuing at epoch {lost_epoch}/6" in second
 
@@ -74,9 +77,9 @@ def test_a_second_failure_after_the_last_restart_fails_the_job_with_both_reporte
     victim = members[-1]
     running = playbook.start("train.yml", job_vars(job, *LONG_JOB, train_max_restarts=1))
     try:
-        job.wait_for_log(members[0], r"^epoch 2/")
+        job.wait_for_log(members[0], r"^\[rank0\]: epoch 2/")
         job.kill_workers(victim)
-        job.wait_for_log(members[0], r"continuing at epoch[\s\S]*?^progress epoch=")
+        job.wait_for_log(members[0], r"continuing at epoch[\s\S]*?^\[rank0\]: progress epoch=")
         job.kill_workers(victim)
         outcome = running.wait(timeout=300)
     finally:
@@ -97,6 +100,8 @@ def test_a_script_that_fails_at_start_up_is_not_restarted(
     outcome = playbook.run("train.yml", job_vars(job, "--epochs", "0", train_max_restarts=2))
     assert outcome.rc != 0
     assert "Not restarted: it failed at start-up" in outcome.output
-    assert "exitcode  : 2" in outcome.output  # the script's own usage error
+    # The script's own usage error, from the first failed node's log.
+    assert "First failure: " in outcome.output
+    assert "train_ddp.py: error: --epochs must be a positive integer, got 0" in outcome.output
     assert len(attempts(playbook, job)) == 1
     assert "restarting" not in outcome.output
