@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,18 @@ def matching_files(root: str, patterns: Sequence[str]) -> list[str]:
             if os.path.isfile(path) and inside:
                 found.add(os.path.relpath(path, root))
     return sorted(found)
+
+
+def rsync_filters(files: Sequence[str]) -> list[str]:
+    """rsync options that transfer exactly these files (relative paths) of the source folder,
+    with the folders that lead to them and no other."""
+    escaped = [re.sub(r"([*?\[\\])", r"\\\1", name) for name in files]
+    return [
+        "--prune-empty-dirs",
+        *(f"--include=/{name}" for name in escaped),
+        "--include=*/",
+        "--exclude=*",
+    ]
 
 
 def _listening_inodes(port: int) -> set[str]:

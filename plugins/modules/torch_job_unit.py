@@ -17,7 +17,12 @@ from ansible.module_utils.torch_job import (
     tree_digest,
     unit_state,
 )
-from ansible.module_utils.torch_job_node import job_processes, matching_files, port_listeners
+from ansible.module_utils.torch_job_node import (
+    job_processes,
+    matching_files,
+    port_listeners,
+    rsync_filters,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_unit
@@ -149,6 +154,10 @@ failures:
   returned: when state is absent
 results:
   description: The files of I(output_dir) that match I(results), relative to it.
+  type: list
+  returned: when state is absent
+rsync_filters:
+  description: rsync options that fetch exactly the I(results) files.
   type: list
   returned: when state is absent
 """
@@ -293,6 +302,7 @@ def stop(module: AnsibleModule) -> None:
     changed = clear(module, params["name"], props)
     leftovers = [] if module.check_mode else job_processes(params["job_id"])
     port_users = port_listeners(params["port"]) if params["port"] else []
+    results = matching_files(params["output_dir"], params["results"]) if params["results"] else []
     failures = []
     if params["log_start"] >= 0 and params["log"]:
         summary = read_tail(params["log"], params["log_start"])
@@ -304,9 +314,8 @@ def stop(module: AnsibleModule) -> None:
         leftovers=leftovers,
         port_users=port_users,
         failures=failures,
-        results=matching_files(params["output_dir"], params["results"])
-        if params["results"]
-        else [],
+        results=results,
+        rsync_filters=rsync_filters(results),
     )
 
 

@@ -238,3 +238,16 @@ def test_result_patterns_match_files_inside_the_output_folder_only(tmp_path: Pat
         "metrics.json",
         "snapshot.pt",
     ]
+
+
+def test_rsync_fetches_exactly_the_listed_files(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    for name in ("metrics.json", "odd[1]*.pt", "logs/deep/b.txt", "logs/other.txt", "big.bin"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text("x")
+    wanted = ["logs/deep/b.txt", "metrics.json", "odd[1]*.pt"]
+    options = tjn.rsync_filters(wanted)
+    subprocess.run(["rsync", "-a", *options, f"{source}/", f"{target}/"], check=True)
+    copied = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert copied == wanted
+    assert not (target / "logs" / "other.txt").exists()
