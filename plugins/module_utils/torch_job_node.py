@@ -26,21 +26,30 @@ def _command_line(pid: str) -> str:
         return ""
 
 
-def job_processes(job_id: str) -> list[str]:
+def job_processes(job_id: str | None) -> list[str]:
     """'PID COMMAND' of every process whose environment carries TORCH_JOB_ID=job_id (the
-    launcher sets it on the job's unit; every process torchrun starts inherits it)."""
-    marker = f"TORCH_JOB_ID={job_id}".encode()
+    launcher sets it on the job's unit; every process torchrun starts inherits it); with
+    job_id None, 'PID (job ID) COMMAND' of every process of any job."""
+    prefix = b"TORCH_JOB_ID=" + (job_id.encode() if job_id is not None else b"")
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                if marker not in handle.read().split(b"\0"):
-                    continue
+                entries = handle.read().split(b"\0")
         except OSError:  # gone meanwhile, or a kernel thread
             continue
-        found.append(f"{pid} {_command_line(pid)[:200]}")
+        if job_id is not None and prefix in entries:
+            found.append(f"{pid} {_command_line(pid)[:200]}")
+        elif job_id is None:
+            jobs = [
+                entry[len(prefix) :].decode(errors="replace")
+                for entry in entries
+                if entry.startswith(prefix)
+            ]
+            if jobs:
+                found.append(f"{pid} (job {jobs[0]}) {_command_line(pid)[:200]}")
     return found
 
 

@@ -1,0 +1,210 @@
+#!/usr/bin/python
+"""Ansible module: what the health check needs to know of one node, read in one round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import pwd
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torch_job import ssh_argv
+from ansible.module_utils.torch_job_node import job_processes, port_listeners
+
+DOCUMENTATION = r"""
+module: cluster_health_probe
+short_description: Read one node's versions, GPUs, leftovers, disk and (on the master) clocks
+description:
+  - Read-only. The training environment's torch, its CUDA build, the NCCL it uses, its GPU
+    count and its Python, from the environment's own interpreter (the pytorch role's fact
+    names it); the OS and kernel; the NVIDIA driver, its GPU count, uncorrectable ECC errors
+    and pending row remaps when C(nvidia-smi) reports them; RDMA NICs.
+  - Leftovers of earlier jobs (processes that carry a TORCH_JOB_ID, active torch-job units,
+    processes on the master port), and the free space where jobs write.
+  - On the master, each peer's clock against its own, over SSH (the offset is measured
+    against the middle of the round trip).
+options:
+  environment_fact:
+    description: The pytorch role's local fact (JSON) that names the training environment.
+    type: path
+    default: /etc/ansible/facts.d/pytorch.fact
+  gpu_dir:
+    description: Where the NVIDIA driver lists the node's GPUs, one folder each.
+    type: path
+    default: /proc/driver/nvidia/gpus
+  base_dir:
+    description: Where jobs write (the launcher's base folder); the free space of its file system.
+    type: path
+    default: /var/lib/torch-cluster
+  port:
+    description: The master port, on the master (0 elsewhere).
+    type: int
+    default: 0
+  peers:
+    description: On the master, the other nodes (name to address) whose clocks are measured.
+    type: dict
+    default: {}
+  ssh_user:
+    description: The user the nodes trust each other as.
+    type: str
+    default: root
+"""
+
+RETURN = r"""
+node:
+  description: Everything read, one key per fact (torch, cuda, nccl, python, torch_gpus, os,
+    kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics, units, processes,
+    port_users, disk_free_gib, disk_path, clock_offsets, torch_error).
+  type: dict
+  returned: always
+"""
+
+# Run by the training environment's Python: what torch is, and what it sees.
+TORCH_REPORT = """
+import json, platform
+info = {"python": platform.python_version()}
+try:
+    import torch
+    info.update(torch=torch.__version__, cuda=torch.version.cuda or "cpu",
+                torch_gpus=torch.cuda.device_count())
+    try:
+        info["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
+    except Exception:
+        info["nccl"] = "none"
+except Exception as error:
+    info["torch_error"] = f"{type(error).__name__}: {error}"
+print(json.dumps(info))
+"""
+
+
+def torch_report(fact: str) -> dict:
+    try:
+        with open(fact) as handle:
+            python = json.load(handle)["python"]
+    except (OSError, ValueError, KeyError):
+        return {"torch_error": f"no training environment ({fact} is missing)"}
+    try:
+        done = subprocess.run(
+            [python, "-c", TORCH_REPORT], capture_output=True, text=True, timeout=180, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"torch_error": f"{python}: {error}"}
+    if done.returncode != 0:
+        return {"torch_error": f"{python}: " + " ".join(done.stderr.split())[-300:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def nvidia(gpu_dir: str) -> dict:
+    found: dict = {"driver_gpus": 0}
+    if os.path.isdir(gpu_dir):
+        found["driver_gpus"] = len([e for e in os.scandir(gpu_dir) if e.is_dir()])
+    try:
+        with open("/proc/driver/nvidia/version") as handle:
+            found["driver"] = handle.readline().split("Kernel Module")[-1].split()[0]
+    except (OSError, IndexError):
+        found["driver"] = ""
+    smi = shutil.which("nvidia-smi")
+    if smi and found["driver_gpus"]:
+        query = "ecc.errors.uncorrected.volatile.total,remapped_rows.pending"
+        done = subprocess.run(
+            [smi, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        numbers = [
+            [
+                int(v) if v.strip().isdigit() else (1 if v.strip() == "Yes" else 0)
+                for v in line.split(",")
+            ]
+            for line in done.stdout.splitlines()
+            if done.returncode == 0 and "," in line
+        ]
+        found["ecc_uncorrected"] = sum(row[0] for row in numbers)
+        found["remaps_pending"] = sum(row[1] for row in numbers if len(row) > 1)
+    return found
+
+
+def active_job_units(module: AnsibleModule) -> list[str]:
+    rc, out, _ = module.run_command(
+        ["systemctl", "list-units", "torch-job-*", "--all", "--no-legend", "--plain",
+         "--state=active,activating,deactivating"]
+    )  # fmt: skip
+    return [line.split()[0] for line in out.splitlines() if line.strip()] if rc == 0 else []
+
+
+def disk(base_dir: str) -> dict:
+    path = base_dir
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    return {"disk_free_gib": shutil.disk_usage(path).free / 2**30, "disk_path": path}
+
+
+def clock_offsets(peers: dict[str, str], user: str) -> dict[str, float | None]:
+    """Each peer's clock minus this node's, in seconds (None: no answer)."""
+    prefix = [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]
+
+    def measure(name: str) -> float | None:
+        argv = [
+            *prefix,
+            *ssh_argv(peers[name], ["python3", "-c", "import time; print(time.time())"]),
+        ]
+        before = time.time()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        after = time.time()
+        try:
+            return float(done.stdout.strip()) - (before + after) / 2
+        except ValueError:
+            return None
+
+    if not peers:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
+        return dict(zip(peers, pool.map(measure, peers)))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "environment_fact": {"type": "path", "default": "/etc/ansible/facts.d/pytorch.fact"},
+            "gpu_dir": {"type": "path", "default": "/proc/driver/nvidia/gpus"},
+            "base_dir": {"type": "path", "default": "/var/lib/torch-cluster"},
+            "port": {"type": "int", "default": 0},
+            "peers": {"type": "dict", "default": {}},
+            "ssh_user": {"type": "str", "default": "root"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    os_name = platform.platform()
+    try:
+        with open("/etc/os-release") as handle:
+            fields = dict(line.strip().split("=", 1) for line in handle if "=" in line)
+        os_name = fields.get("PRETTY_NAME", os_name).strip('"')
+    except OSError:
+        pass
+    node = {
+        "os": os_name,
+        "kernel": platform.release(),
+        "rdma_nics": sorted(os.listdir("/sys/class/infiniband"))
+        if os.path.isdir("/sys/class/infiniband")
+        else [],
+        "units": active_job_units(module),
+        "processes": job_processes(None),
+        "port_users": port_listeners(p["port"]) if p["port"] else [],
+        "clock_offsets": clock_offsets(p["peers"], p["ssh_user"]),
+        **disk(p["base_dir"]),
+        **nvidia(p["gpu_dir"]),
+        **torch_report(p["environment_fact"]),
+    }
+    module.exit_json(changed=False, node=node)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+#!/usr/bin/python
+"""Ansible module: the health check's verdict, on the controller, from what the nodes reported."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cluster_health import (
+    Finding,
+    clock_findings,
+    collective_figures,
+    collective_findings,
+    disk_findings,
+    environment_findings,
+    gpu_findings,
+    leftover_findings,
+    markdown,
+    nccl_transport,
+    node_table,
+    reach_findings,
+    transport_findings,
+    version_findings,
+)
+
+DOCUMENTATION = r"""
+module: cluster_health_report
+short_description: Judge the health check's facts, and write report.json and report.md
+description:
+  - Turns each node's probe, the reachability attempts and the collectives' figures into
+    findings (each with the node or pair, the value, the limit and the fix), a table of the
+    nodes' versions, and a verdict.
+  - Thresholds come from the cluster's own figures, never from a vendor's; with
+    I(save_baseline) the measured figures become the cluster's baseline, which later runs
+    compare against.
+options:
+  nodes:
+    description: The nodes, in rank order (the first is the master).
+    type: list
+    elements: str
+    required: true
+  probes:
+    description: Each node's probe result (cluster_health_probe), by name.
+    type: dict
+    required: true
+  reach:
+    description: Each node's reachability result (cluster_health_reach), by name.
+    type: dict
+    required: true
+  nproc:
+    description: Each node's nproc setting, by name.
+    type: dict
+    default: {}
+  port:
+    description: The master port.
+    type: int
+    required: true
+  collectives_file:
+    description: The collectives script's collectives.json; empty when they did not run.
+    type: str
+    default: ""
+  collectives_note:
+    description: Why the collectives did not run, or how their job ended when it failed.
+    type: str
+    default: ""
+  logs_dir:
+    description: Where the collectives job's node logs are (NCCL's transport is read there).
+    type: str
+    default: ""
+  fraction_of_baseline:
+    description: A figure below this fraction of the baseline fails.
+    type: float
+    default: 0.8
+  fraction_of_median:
+    description: Without a baseline, a figure below this fraction of the median fails.
+    type: float
+    default: 0.5
+  clock_limit:
+    description: Seconds a node's clock may differ from the master's.
+    type: float
+    default: 1.0
+  min_free_gib:
+    description: Free GiB needed where jobs write.
+    type: float
+    default: 10
+  baseline_file:
+    description: The cluster's baseline (JSON); empty for none.
+    type: str
+    default: ""
+  save_baseline:
+    description: Store this run's figures as the baseline.
+    type: bool
+    default: false
+  report_dir:
+    description: Where report.json and report.md go.
+    type: path
+    required: true
+  final:
+    description:
+      - False before the collectives, to learn whether they can run (every node has its
+        environment and the same builds, every pair connects, the master port is free);
+        nothing is written then.
+    type: bool
+    default: true
+"""
+
+RETURN = r"""
+failed_checks:
+  description: The findings, one dict each.
+  type: list
+  returned: always
+lines:
+  description: What the controller shows (the nodes' table, the pairs' figures, the verdict).
+  type: list
+  returned: always
+collectives_ready:
+  description: Whether the collectives can run (with I(final) false).
+  type: bool
+  returned: always
+collectives_blocked_by:
+  description: Why they cannot, in a sentence.
+  type: str
+  returned: always
+"""
+
+
+def load(path: str) -> dict:
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.partial", "w") as handle:
+        handle.write(text)
+    os.replace(f"{path}.partial", path)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "nodes": {"type": "list", "elements": "str", "required": True},
+            "probes": {"type": "dict", "required": True},
+            "reach": {"type": "dict", "required": True},
+            "nproc": {"type": "dict", "default": {}},
+            "port": {"type": "int", "required": True},
+            "collectives_file": {"type": "str", "default": ""},
+            "collectives_note": {"type": "str", "default": ""},
+            "logs_dir": {"type": "str", "default": ""},
+            "fraction_of_baseline": {"type": "float", "default": 0.8},
+            "fraction_of_median": {"type": "float", "default": 0.5},
+            "clock_limit": {"type": "float", "default": 1.0},
+            "min_free_gib": {"type": "float", "default": 10},
+            "baseline_file": {"type": "str", "default": ""},
+            "save_baseline": {"type": "bool", "default": False},
+            "report_dir": {"type": "path", "required": True},
+            "final": {"type": "bool", "default": True},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    names, master = p["nodes"], p["nodes"][0]
+    rows = {name: p["probes"].get(name, {}).get("node", {}) for name in names}
+    unanswered = [name for name in names if not rows[name]]
+    offsets = rows[master].get("clock_offsets", {}) if rows[master] else {}
+    logs = {name: os.path.join(p["logs_dir"], f"{name}.log") for name in names}
+    transports = {name: nccl_transport(read(path)) for name, path in logs.items() if p["logs_dir"]}
+    reach = {name: (p["reach"].get(name) or {}).get("attempts", []) for name in names}
+    findings = [
+        *(
+            Finding(
+                "probe",
+                name,
+                "no answer",
+                "an answer",
+                "check that the node is up and reachable over SSH",
+            )
+            for name in unanswered
+        ),
+        *environment_findings({n: rows[n] for n in names if rows[n]}),
+        *version_findings(rows),
+        *gpu_findings(rows, {n: str(v) for n, v in p["nproc"].items()}),
+        *reach_findings(reach),
+        *[
+            Finding("reachability", name, f"cannot listen: {error}", "a free port", "free the port")
+            for name in names
+            for error in (p["reach"].get(name) or {}).get("listen_errors", [])
+        ],
+        *clock_findings({n: offsets.get(n) for n in names[1:]}, master, p["clock_limit"]),
+        *leftover_findings(rows, p["port"]),
+        *disk_findings(rows, p["min_free_gib"]),
+        *transport_findings(rows, transports),
+    ]
+    blocking = [
+        f for f in findings if f.check in ("probe", "environment", "versions", "reachability")
+    ]
+    blocking += [f for f in findings if f.check == "leftovers" and "master port" in f.value]
+    blocked_by = (
+        "not run: " + "; ".join(f.subject + ": " + f.value for f in blocking[:3])
+        if blocking
+        else ""
+    )
+    if not p["final"]:
+        module.exit_json(
+            changed=False,
+            failed_checks=[f.as_dict() for f in findings],
+            lines=[],
+            collectives_ready=not blocking,
+            collectives_blocked_by=blocked_by,
+        )
+    baseline = load(p["baseline_file"])
+    collectives = load(p["collectives_file"])
+    figures = collective_figures(collectives, names) if collectives else {}
+    if figures:
+        findings += collective_findings(
+            figures, baseline, names, p["fraction_of_baseline"], p["fraction_of_median"]
+        )
+    elif p["collectives_note"]:
+        findings.append(
+            Finding(
+                "collectives",
+                "the whole group",
+                p["collectives_note"],
+                "a finished collectives job",
+                "fix the failures above first",
+            )
+        )
+
+    table = node_table(rows, transports)
+    lines = ["Nodes:", *table]
+    if figures:
+        group = figures["group"][-1]
+        lines.append(
+            f"all_reduce, whole group, {group['size']} B: busbw {group['busbw'] / 1e6:.1f} MB/s"
+        )
+        lines += [
+            f"  {k}: all_reduce busbw {v / 1e6:.1f} MB/s" for k, v in figures["pairs"].items()
+        ]
+        lines += [f"  {k}: one way {v / 1e6:.1f} MB/s" for k, v in figures["directions"].items()]
+    lines += (
+        [f"NOT HEALTHY: {len(findings)} failure(s)"]
+        + [f"  [{f.check}] {f.line()}" for f in findings]
+        if findings
+        else ["HEALTHY: every check passed."]
+    )
+
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    report = {
+        "time": now,
+        "healthy": not findings,
+        "nodes": rows,
+        "reachability": reach,
+        "transports": transports,
+        "collectives": figures,
+        "baseline": baseline,
+        "failures": [f.as_dict() for f in findings],
+    }
+    write(os.path.join(p["report_dir"], "report.json"), json.dumps(report, indent=2) + "\n")
+    title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
+    write(os.path.join(p["report_dir"], "report.md"), markdown(title, table, figures, findings))
+    if p["save_baseline"] and figures and not findings and p["baseline_file"]:
+        saved = {
+            "saved": now,
+            "group": figures["group"][-1]["busbw"],
+            "pairs": figures["pairs"],
+            "directions": figures["directions"],
+        }
+        write(p["baseline_file"], json.dumps(saved, indent=2) + "\n")
+        lines.append(f"Saved as the cluster's baseline: {p['baseline_file']}")
+    module.exit_json(
+        changed=True,
+        failed_checks=[f.as_dict() for f in findings],
+        lines=lines,
+        collectives_ready=not blocking,
+        collectives_blocked_by=blocked_by,
+    )
+
+
+if __name__ == "__main__":
+    main()

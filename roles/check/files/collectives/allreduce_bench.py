@@ -1,0 +1,176 @@
+"""Collective bandwidth of the whole group, of every pair of nodes, and of each direction.
+
+    torchrun ... allreduce_bench.py --sizes 65536,1048576 --rounds "0-1,2-3;0-2,1-3;0-3,1-2"
+
+Started by the health check (playbooks/check.yml) through the launcher, exactly as train.yml
+starts jobs. NCCL on GPUs, gloo on the CPU. Prints nccl-tests-like lines and writes
+collectives.json (rank 0) in the current folder:
+
+- all_reduce over the whole group, for each size: time, algbw (size / time) and busbw
+  (algbw * 2 (n - 1) / n, nccl-tests' measure of the links' use);
+- the same for every pair of nodes (one process each: each node's local rank 0), the pairs
+  run in the given rounds of disjoint pairs, all pairs of a round at once;
+- each direction of every pair at the largest size (send on one side, receive on the other),
+  so that a node that sends or receives slowly stands out even on two nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+# Each measurement repeats its operation until this long has passed (or MAX_REPEATS).
+MIN_SECONDS, MAX_REPEATS = 0.2, 20
+
+
+def timed(
+    operation: Callable[[], object],
+    sync: Callable[[], None],
+    group: dist.ProcessGroup | None,
+    device: torch.device,
+) -> float:
+    """Seconds per call: one warm-up, then as many calls as fill MIN_SECONDS. Every member of
+    the group makes the same number of calls (the most any of them wants), or they would
+    wait for each other forever."""
+    start = time.perf_counter()
+    operation()
+    sync()
+    wanted = min(MAX_REPEATS, max(1, math.ceil(MIN_SECONDS / (time.perf_counter() - start))))
+    count = torch.tensor([wanted], dtype=torch.int64, device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX, group=group)
+    start = time.perf_counter()
+    for _ in range(int(count.item())):
+        operation()
+        sync()
+    return (time.perf_counter() - start) / int(count.item())
+
+
+def sweep(sizes: list[int], group: dist.ProcessGroup | None, device: torch.device) -> list[dict]:
+    """all_reduce of each size over the group: nccl-tests' figures."""
+    members = dist.get_world_size(group)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rows = []
+    for size in sizes:
+        tensor = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        seconds = timed(lambda t=tensor: dist.all_reduce(t, group=group), sync, group, device)
+        algbw = size / seconds
+        rows.append({"size": size, "seconds": seconds, "algbw": algbw,
+                     "busbw": algbw * 2 * (members - 1) / members})  # fmt: skip
+    return rows
+
+
+def one_way(
+    size: int, sender: int, receiver: int, pair: dist.ProcessGroup, device: torch.device
+) -> float | None:
+    """Bytes per second from sender to receiver (global ranks), as the receiver measures it."""
+    tensor = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if dist.get_rank() == sender:
+        timed(lambda: dist.send(tensor, receiver), sync, pair, device)
+        return None
+    return size / timed(lambda: dist.recv(tensor, sender), sync, pair, device)
+
+
+def pair_tests(
+    rounds: list, leader: dict[int, int], sizes: list[int], device: torch.device
+) -> dict:
+    """This rank's part of the pair tests: for each pair it belongs to, the sweep and the
+    direction it received."""
+    rank, results = dist.get_rank(), {}
+    # Every rank creates every pair's group, in the same order: creating a group is a
+    # collective of the whole world (torch's use_local_synchronization would spare that, but
+    # its group names then disagree across ranks and the next group hangs: torch 2.14).
+    groups = {(a, b): dist.new_group([leader[a], leader[b]]) for pairs in rounds for a, b in pairs}
+    for pairs in rounds:
+        for a, b in pairs:
+            if rank in (leader[a], leader[b]):
+                pair = groups[(a, b)]
+                results[f"{a}-{b}"] = {
+                    "sweep": sweep(sizes, pair, device),
+                    "forward": one_way(sizes[-1], leader[a], leader[b], pair, device),
+                    "backward": one_way(sizes[-1], leader[b], leader[a], pair, device),
+                }
+        dist.barrier()  # the next round starts when every pair of this one is done
+    return results
+
+
+def merge(parts: list[dict]) -> dict:
+    """Both members' parts of each pair: each measured one direction."""
+    merged: dict = {}
+    for part in parts:
+        for key, result in part.items():
+            pair = merged.setdefault(key, {"sweep": result["sweep"]})
+            for side in ("forward", "backward"):
+                if result[side] is not None:
+                    pair[side] = result[side]
+    return merged
+
+
+def show(report: dict) -> None:
+    """nccl-tests-like lines."""
+    for row in report["group"]:
+        print(
+            f"group {row['size']:>12} B {row['seconds'] * 1e6:10.1f} us "
+            f"algbw {row['algbw'] / 1e9:7.3f} GB/s busbw {row['busbw'] / 1e9:7.3f} GB/s",
+            flush=True,
+        )
+    for key, result in sorted(report["pairs"].items()):
+        busbw, there, back = result["sweep"][-1]["busbw"], result["forward"], result["backward"]
+        print(
+            f"pair {key:>7} busbw {busbw / 1e9:7.3f} GB/s, "
+            f"one way {there / 1e9:7.3f} / {back / 1e9:7.3f} GB/s",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", required=True, help="message sizes in bytes, comma-separated")
+    parser.add_argument("--rounds", default="", help="node pairs: 'a-b,c-d;a-c,b-d' (node ranks)")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    rounds = [
+        [tuple(int(n) for n in pair.split("-")) for pair in part.split(",")]
+        for part in args.rounds.split(";")
+        if part
+    ]
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        world = dist.get_world_size()
+        # Each node's representative: its local rank 0 (GROUP_RANK is torchrun's node rank).
+        me = (int(os.environ["GROUP_RANK"]), int(os.environ["LOCAL_RANK"]), dist.get_rank())
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, me)
+        leader = {node: rank for node, local, rank in everyone if local == 0}
+        group = sweep(sizes, None, device)
+        parts: list = [None] * world
+        dist.all_gather_object(parts, pair_tests(rounds, leader, sizes, device))
+        if dist.get_rank() == 0:
+            report = {
+                "backend": dist.get_backend(),
+                "world_size": world,
+                "nodes": len(leader),
+                "group": group,
+                "pairs": merge(parts),
+            }
+            show(report)
+            with open("collectives.json", "w") as handle:
+                json.dump(report, handle, indent=2)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
