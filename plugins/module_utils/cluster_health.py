@@ -421,33 +421,34 @@ def _cell(value: Any) -> str:
     return str(value) if value not in (None, "") else "-"
 
 
-def node_table(rows: Mapping[str, Mapping[str, Any]], transports: Mapping[str, str]) -> list[str]:
-    """One line per node: the versions side by side."""
+def node_table(
+    rows: Mapping[str, Mapping[str, Any]],
+    transports: Mapping[str, str],
+    offsets: Mapping[str, float | None],
+) -> list[str]:
+    """One line per node: the versions side by side, the clock against the master's (the
+    first node), the free disk and the number of leftovers."""
     columns = (
-        ("node", None),
-        ("os", "os"),
-        ("kernel", "kernel"),
-        ("driver", "driver"),
-        ("gpus (driver/torch)", None),
-        ("torch", "torch"),
-        ("cuda", "cuda"),
-        ("nccl", "nccl"),
-        ("python", "python"),
-        ("transport", None),
-    )
-    table = [[title for title, _ in columns]]
-    for name, row in rows.items():
-        cells = []
-        for title, key in columns:
-            if title == "node":
-                cells.append(name)
-            elif title.startswith("gpus"):
-                cells.append(f"{row.get('driver_gpus', 0)}/{_cell(row.get('torch_gpus'))}")
-            elif title == "transport":
-                cells.append(_cell(transports.get(name)))
-            else:
-                cells.append(_cell(row.get(key)))
-        table.append(cells)
+        "node", "os", "kernel", "driver", "gpus (driver/torch)", "torch", "cuda", "nccl",
+        "python", "transport", "clock (s)", "free GiB", "leftovers",
+    )  # fmt: skip
+    table = [list(columns)]
+    for position, (name, row) in enumerate(rows.items()):
+        offset = offsets.get(name)
+        clock = "master" if position == 0 else _cell(None if offset is None else f"{offset:+.3f}")
+        free = row.get("disk_free_gib")
+        table.append(
+            [
+                name,
+                *(_cell(row.get(key)) for key in ("os", "kernel", "driver")),
+                f"{row.get('driver_gpus', 0)}/{_cell(row.get('torch_gpus'))}",
+                *(_cell(row.get(key)) for key in ("torch", "cuda", "nccl", "python")),
+                _cell(transports.get(name)),
+                clock,
+                _cell(None if free is None else f"{free:.1f}"),
+                str(sum(len(row.get(key) or []) for key in ("units", "processes", "port_users"))),
+            ]
+        )
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table
@@ -455,10 +456,21 @@ def node_table(rows: Mapping[str, Mapping[str, Any]], transports: Mapping[str, s
 
 
 def markdown(
-    title: str, table: Sequence[str], figures: Mapping[str, Any], findings: Sequence[Finding]
+    title: str,
+    table: Sequence[str],
+    reach: Mapping[str, Sequence[Mapping[str, Any]]],
+    figures: Mapping[str, Any],
+    findings: Sequence[Finding],
 ) -> str:
     """report.md: the same facts as report.json, to read."""
     lines = [f"# {title}", "", "## Nodes", "", "```", *table, "```", ""]
+    lines += ["## Connections", "", "| from | to | port | outcome |", "| --- | --- | ---: | --- |"]
+    lines += [
+        f"| {name} | {attempt['peer']} | {attempt['port']} | {attempt['outcome']} |"
+        for name, attempts in reach.items()
+        for attempt in attempts
+    ]
+    lines.append("")
     if figures.get("group"):
         lines += [
             "## All-reduce, whole group",

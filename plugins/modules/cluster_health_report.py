@@ -238,7 +238,7 @@ def main() -> None:
             )
         )
 
-    table = node_table(rows, transports)
+    table = node_table(rows, transports, offsets)
     lines = ["Nodes:", *table]
     if figures:
         group = figures["group"][-1]
@@ -269,7 +269,9 @@ def main() -> None:
     }
     write(os.path.join(p["report_dir"], "report.json"), json.dumps(report, indent=2) + "\n")
     title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
-    write(os.path.join(p["report_dir"], "report.md"), markdown(title, table, figures, findings))
+    write(
+        os.path.join(p["report_dir"], "report.md"), markdown(title, table, reach, figures, findings)
+    )
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
         saved = {
             "saved": now,
