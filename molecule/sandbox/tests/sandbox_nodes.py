@@ -138,6 +138,18 @@ class Node:
                         route["dst"], "via", route["gateway"], "dev", device,
                     )  # fmt: skip
 
+    @contextlib.contextmanager
+    def throttled(self, rate: str = "20mbit") -> Iterator[None]:
+        """Shape everything the node sends to RATE (tc's token bucket on its interface), as a
+        slow NIC or a bad link would, and undo it on exit."""
+        container, device = self._container(), self.interface
+        shaping = ["tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+        self._podman("exec", container, "tc", "qdisc", "add", "dev", device, "root", *shaping)
+        try:
+            yield
+        finally:
+            self._podman("exec", container, "tc", "qdisc", "del", "dev", device, "root")
+
     def _container(self) -> str:
         names = self._podman("ps", "--format", "{{.Names}}").split()
         for name in names:

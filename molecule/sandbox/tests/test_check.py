@@ -1,0 +1,172 @@
+"""playbooks/check.yml on the scenario's cluster: a healthy cluster passes with real figures;
+each injected fault (a slow node, a blocked pair, a leftover process, a node without the
+training environment) fails the check and is named; once undone, the check passes again."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from launcher import Outcome, Playbook
+from sandbox_nodes import Node
+
+# A full check on the 2-node sandbox must take at most this long.
+FULL_CHECK_LIMIT_S = 60
+
+
+def check(playbook: Playbook, tmp_path: Path, **extra: object) -> tuple[Outcome, dict]:
+    """check.yml, and its report.json (empty when it stopped before writing one)."""
+    runs = tmp_path / "runs"
+    extra_vars = {
+        "check_runs_dir": str(runs),
+        "check_baseline_file": str(tmp_path / "baseline.json"),
+    }
+    outcome = playbook.run("check.yml", {**extra_vars, **extra})
+    reports = sorted(runs.glob("check-*/report.json"))
+    return outcome, json.loads(reports[-1].read_text()) if reports else {}
+
+
+def test_a_healthy_cluster_passes_with_every_section_measured(
+    playbook: Playbook, tmp_path: Path, members: list[Node], master_port: int
+) -> None:
+    outcome, report = check(playbook, tmp_path, check_save_baseline=True)
+    assert outcome.rc == 0, outcome.output
+    assert outcome.seconds < FULL_CHECK_LIMIT_S, f"the check took {outcome.seconds:.0f} s"
+    assert "HEALTHY: every check passed." in outcome.output
+    assert report["healthy"] is True
+    names = [node.name for node in members]
+    assert list(report["nodes"]) == names
+    for name in names:
+        row = report["nodes"][name]
+        assert row["torch"].startswith("2.14.1")
+        assert all(row[key] for key in ("cuda", "nccl", "python", "kernel", "os"))
+        assert row["disk_free_gib"] > 0
+        assert row["processes"] == row["units"] == []
+    offsets = report["nodes"][names[0]]["clock_offsets"]
+    assert set(offsets) == set(names[1:])
+    assert all(abs(offset) < 1 for offset in offsets.values())
+    attempts = [
+        (name, a["peer"], a["port"], a["outcome"])
+        for name, found in report["reachability"].items()
+        for a in found
+    ]
+    assert all(outcome == "connected" for *_, outcome in attempts)
+    assert (names[1], names[0], master_port, "connected") in attempts
+    group = report["collectives"]["group"]
+    assert [row["size"] for row in group] == [65536, 1048576, 4194304]
+    assert all(row["busbw"] > 0 and row["seconds"] > 0 for row in group)
+    assert set(report["collectives"]["directions"]) == {
+        f"{a} -> {b}" for a in names for b in names if a != b
+    }
+    assert (tmp_path / "baseline.json").exists()
+    assert "## Connections" in next((tmp_path / "runs").glob("check-*/report.md")).read_text()
+
+
+def test_a_slow_node_is_named_from_the_pairwise_bandwidth(
+    playbook: Playbook, tmp_path: Path, members: list[Node]
+) -> None:
+    victim = members[-1]
+    with victim.throttled():
+        outcome, report = check(playbook, tmp_path)
+    assert outcome.rc != 0
+    assert f"{victim}: sends slowly to every peer" in outcome.output
+    assert report["failures"][0]["subject"] == victim.name
+
+
+def test_a_blocked_pair_is_named_with_its_port(
+    playbook: Playbook, tmp_path: Path, members: list[Node], master_port: int
+) -> None:
+    master, other = members[0], members[1]
+    # At runtime only: the master's zone stops trusting the other member; a reload undoes it.
+    master.host.run_expect(
+        [0], f"firewall-cmd --zone=torch-cluster --remove-source={other.address}"
+    )
+    try:
+        outcome, report = check(playbook, tmp_path)
+    finally:
+        master.host.run_expect([0], "firewall-cmd --reload")
+    assert outcome.rc != 0
+    assert f"{other} -> {master}: port {master_port} blocked" in outcome.output
+    assert {f["subject"] for f in report["failures"] if f["check"] == "reachability"} == {
+        f"{other} -> {master}"
+    }
+
+
+@pytest.fixture
+def leftover(members: list[Node]) -> Iterator[tuple[Node, str]]:
+    """A training process of an old job, left running on the last member."""
+    node, unit = members[-1], f"leftover-{secrets.token_hex(4)}"
+    node.host.run_expect(
+        [0],
+        f"systemd-run --unit={unit} --setenv=TORCH_JOB_ID=old-job "
+        "python3 -c 'import time; time.sleep(600)'",
+    )
+    yield node, unit
+    node.host.run(f"systemctl stop {unit}")
+
+
+def test_a_leftover_training_process_is_named(
+    playbook: Playbook, tmp_path: Path, leftover: tuple[Node, str]
+) -> None:
+    node, _ = leftover
+    outcome, report = check(playbook, tmp_path)
+    assert outcome.rc != 0
+    assert f"{node}: training process left:" in outcome.output
+    assert "(job old-job)" in outcome.output
+    assert [f["subject"] for f in report["failures"] if f["check"] == "leftovers"] == [node.name]
+
+
+def test_a_node_without_the_training_environment_is_named_and_the_rest_still_checked(
+    playbook: Playbook, tmp_path: Path, members: list[Node], outsider: Node
+) -> None:
+    overlay = tmp_path / "groups.yml"
+    hosts = {members[0].name: None, outsider.name: None}
+    overlay.write_text(yaml.safe_dump({"all": {"children": {"trainers": {"hosts": hosts}}}}))
+    runs = tmp_path / "runs"
+    outcome = playbook.run(
+        "check.yml",
+        {"check_runs_dir": str(runs), "cluster_group": "trainers"},
+        inventories=(overlay,),
+    )
+    assert outcome.rc != 0
+    assert f"{outsider}: no training environment" in outcome.output
+    report = json.loads(next(runs.glob("check-*/report.json")).read_text())
+    assert report["nodes"][members[0].name]["torch"].startswith("2.14.1")
+    assert report["nodes"][outsider.name]["kernel"]
+    assert set(report["reachability"]) == {members[0].name, outsider.name}
+    assert "the whole group: not run:" in outcome.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"check_fraction_of_median": 1.5},
+            "check_fraction_of_median must be a number between 0 and 1",
+        ),
+        (
+            {"check_message_sizes": [1024, 0]},
+            "check_message_sizes must be a list of positive sizes",
+        ),
+        ({"cluster_group": "nobody"}, "The training group 'nobody' is missing from the inventory"),
+    ],
+    ids=["fraction-1.5", "size-0", "unknown-group"],
+)
+def test_bad_input_is_refused_before_anything_runs(
+    playbook: Playbook, tmp_path: Path, extra: dict, message: str
+) -> None:
+    outcome, report = check(playbook, tmp_path, **extra)
+    assert outcome.rc != 0
+    assert message in outcome.output
+    assert report == {}
+    assert "Read every node" not in outcome.output
+
+
+def test_with_every_fault_undone_the_check_passes_again(playbook: Playbook, tmp_path: Path) -> None:
+    outcome, report = check(playbook, tmp_path)
+    assert outcome.rc == 0, outcome.output
+    assert report["healthy"] is True
