@@ -170,3 +170,20 @@ def test_with_every_fault_undone_the_check_passes_again(playbook: Playbook, tmp_
     outcome, report = check(playbook, tmp_path)
     assert outcome.rc == 0, outcome.output
     assert report["healthy"] is True
+
+
+def test_train_check_launches_nothing_on_a_cluster_that_fails_the_quick_check(
+    playbook: Playbook, tmp_path: Path, members: list[Node], leftover: tuple[Node, str]
+) -> None:
+    node, _ = leftover
+    job = f"checked-{secrets.token_hex(4)}"
+    outcome = playbook.run(
+        "train.yml", {"job_id": job, "train_check": True, "check_runs_dir": str(tmp_path)}
+    )
+    assert outcome.rc != 0
+    assert f"{node}: training process left:" in outcome.output
+    # The quick part only: no collectives job.
+    report = json.loads(next(tmp_path.glob("check-*/report.json")).read_text())
+    assert report["collectives"] == {}
+    for member in members:
+        assert not member.host.file(f"/var/lib/torch-cluster/jobs/{job}").exists
