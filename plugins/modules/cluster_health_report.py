@@ -220,7 +220,16 @@ def main() -> None:
             collectives_ready=not blocking,
             collectives_blocked_by=blocked_by,
         )
-    baseline = load(p["baseline_file"])
+    baseline, baseline_note = load(p["baseline_file"]), ""
+    if baseline and baseline.get("nodes") != names:
+        # Figures of another set of nodes (more nodes share more): not this cluster's.
+        saved_for = ", ".join(baseline.get("nodes") or []) or "another set of nodes"
+        baseline_note = (
+            f"The baseline {p['baseline_file']} was saved for {saved_for}, not for this group: "
+            "compared with the medians instead (save a new one with -e check_save_baseline=true "
+            "on a healthy run)."
+        )
+        baseline = {}
     collectives = load(p["collectives_file"])
     figures = collective_figures(collectives, names) if collectives else {}
     if figures:
@@ -249,6 +258,7 @@ def main() -> None:
             f"  {k}: all_reduce busbw {v / 1e6:.1f} MB/s" for k, v in figures["pairs"].items()
         ]
         lines += [f"  {k}: one way {v / 1e6:.1f} MB/s" for k, v in figures["directions"].items()]
+    lines += [baseline_note] if baseline_note else []
     lines += (
         [f"NOT HEALTHY: {len(findings)} failure(s)"]
         + [f"  [{f.check}] {f.line()}" for f in findings]
@@ -275,6 +285,7 @@ def main() -> None:
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
         saved = {
             "saved": now,
+            "nodes": names,
             "group": figures["group"][-1]["busbw"],
             "pairs": figures["pairs"],
             "directions": figures["directions"],
