@@ -1,0 +1,73 @@
+"""Which releases the preflight lets through, from real os-release files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cluster_platform
+import pytest
+
+DATA = Path(__file__).parent / "data" / "os-release"
+
+
+def read(name: str) -> dict[str, str]:
+    return cluster_platform.parse_os_release((DATA / name).read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "major"),
+    [
+        ("centos-stream-9", "rhel", "9"),
+        ("rhel-9.6", "rhel", "9"),
+        ("almalinux-9.6", "rhel", "9"),
+        ("debian-12", "debian", "12"),
+        ("ubuntu-24.04", "ubuntu", "24"),
+    ],
+)
+def test_supported_releases_pass(name, family, major):
+    fields = read(name)
+    assert cluster_platform.family(fields) == family
+    assert cluster_platform.major_version(fields) == major
+    assert cluster_platform.platform_problem(fields, "node0") is None
+
+
+@pytest.mark.parametrize("name", ["rocky-8.10", "rhel-8.10", "centos-stream-8"])
+def test_el8_is_refused_with_the_python_reason(name):
+    problem = cluster_platform.platform_problem(read(name), "node1")
+    assert problem.startswith("node1: ")
+    assert "(EL8) is not supported" in problem
+    assert "Python 3.6" in problem
+    assert "#82068" in problem
+    assert "EL9" in problem
+    assert "Nothing was changed" in problem
+
+
+def test_the_release_is_named_as_its_vendor_names_it():
+    problem = cluster_platform.platform_problem(read("rocky-8.10"), "gpu3")
+    assert "Rocky Linux 8.10 (Green Obsidian)" in problem
+
+
+def test_el10_is_refused_until_its_path_is_pinned():
+    problem = cluster_platform.platform_problem(read("centos-stream-10"), "node0")
+    assert "EL10 is not supported yet" in problem
+    assert "CDF6BA43" in problem
+
+
+def test_another_system_is_refused_with_the_supported_list():
+    problem = cluster_platform.platform_problem(read("fedora-42"), "node0")
+    assert "Fedora Linux 42 (Server Edition) is not supported" in problem
+    assert "Rocky Linux 9" in problem
+    assert "Debian 12" in problem
+
+
+def test_no_os_release_at_all_is_named():
+    problem = cluster_platform.platform_problem({}, "node0")
+    assert "an unknown system" in problem
+
+
+def test_quoting_and_comments_follow_os_release():
+    fields = cluster_platform.parse_os_release(
+        '# a comment\nNAME=\'Some OS\'\nVERSION_ID="9.2"\nID=rocky\nID_LIKE="rhel centos fedora"\n'
+    )
+    assert fields["NAME"] == "Some OS"
+    assert cluster_platform.platform_problem(fields, "n") is None
