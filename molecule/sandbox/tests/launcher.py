@@ -184,3 +184,11 @@ def attempts(playbook: Playbook, job: Job) -> list[dict[str, Any]]:
     """The attempts of the job's last run, as train.yml recorded them."""
     record = json.loads((playbook.runs_dir / job.job_id / "attempts.json").read_text())
     return record["attempts"]
+
+
+def recap_changes(output: str) -> dict[str, int]:
+    """Each host's changed= count in a playbook's PLAY RECAP."""
+    return {
+        host: int(count)
+        for host, count in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)
+    }

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterator
 
 import pytest
-from launcher import Playbook
+from launcher import Playbook, recap_changes
 from sandbox_nodes import PROJECT_DIR, Node
 
 OS_RELEASES = PROJECT_DIR / "tests" / "unit" / "data" / "os-release"
@@ -29,13 +28,6 @@ def pretending(members: list[Node]) -> Iterator[callable]:
     yield pretend
     for node in changed:
         node.host.run_expect([0], "mv -f /etc/os-release.sandbox-keep /etc/os-release")
-
-
-def recap_changes(output: str) -> dict[str, int]:
-    return {
-        host: int(count)
-        for host, count in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)
-    }
 
 
 @pytest.mark.parametrize(
