@@ -7,6 +7,7 @@ import json
 import shlex
 
 import pytest
+from launcher import Playbook, recap_changes
 from sandbox_nodes import Node
 
 FACT = "/etc/ansible/facts.d/pytorch.fact"
@@ -51,3 +52,21 @@ def test_local_fact_points_the_launcher_at_the_training_env(member: Node) -> Non
         "cuda_variant": member.setting("pytorch_cuda_variant", "pytorch"),
     }
     assert {key: fact.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        ("cu128", "torch 2.14.1 has no cu128 build: PyTorch 2.14 ships cu126, cu130, cu132, cpu"),
+        ("cuda13", "pytorch_cuda_variant is 'cuda13'; expected cpu or cuXYZ"),
+    ],
+)
+def test_a_cuda_build_the_pinned_torch_lacks_is_refused_before_anything_changes(
+    playbook: Playbook, members: list[Node], variant: str, message: str
+) -> None:
+    outcome = playbook.run(
+        "provision.yml", {"pytorch_cuda_variant": variant}, args=("--tags", "pytorch")
+    )
+    assert outcome.rc != 0
+    assert message in outcome.output, outcome.output
+    assert not any(recap_changes(outcome.output).values())
