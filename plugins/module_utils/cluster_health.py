@@ -430,7 +430,7 @@ def node_table(
     first node), the free disk and the number of leftovers."""
     columns = (
         "node", "os", "kernel", "driver", "gpus (driver/torch)", "torch", "cuda", "nccl",
-        "python", "transport", "clock (s)", "free GiB", "leftovers",
+        "system nccl", "python", "transport", "clock (s)", "free GiB", "leftovers",
     )  # fmt: skip
     table = [list(columns)]
     for position, (name, row) in enumerate(rows.items()):
@@ -442,7 +442,10 @@ def node_table(
                 name,
                 *(_cell(row.get(key)) for key in ("os", "kernel", "driver")),
                 f"{row.get('driver_gpus', 0)}/{_cell(row.get('torch_gpus'))}",
-                *(_cell(row.get(key)) for key in ("torch", "cuda", "nccl", "python")),
+                *(
+                    _cell(row.get(key))
+                    for key in ("torch", "cuda", "nccl", "system_nccl", "python")
+                ),
                 _cell(transports.get(name)),
                 clock,
                 _cell(None if free is None else f"{free:.1f}"),

@@ -119,3 +119,33 @@ def _build(build: tuple[str, str, str]) -> dict:
         "cuda": build[2],
         "package_version": f"{build[0]}-{build[1]}+cuda{build[2]}",
     }
+
+
+def installed_query(has_dnf: bool) -> list[str]:
+    """The command that prints the installed system NCCL's VERSION-RELEASE."""
+    if has_dnf:
+        return ["rpm", "-q", "--queryformat", "%{VERSION}-%{RELEASE}\n", "libnccl"]
+    return ["dpkg-query", "--show", "--showformat", "${Version}\n", "libnccl2"]
+
+
+def installed_build(text: str) -> dict:
+    """The system NCCL from the package database's 'VERSION-RELEASE' of libnccl / libnccl2
+    ('2.28.9-1+cuda13.0'), or {} when it is not installed."""
+    builds = parse_builds(text.splitlines())
+    return _build(builds[0]) if builds else {}
+
+
+def madison_versions(text: str) -> list[str]:
+    """The version column of `apt-cache madison` lines ('libnccl2 | 2.30.7-1+cuda13.2 | URL')."""
+    return [line.split("|")[1].strip() for line in text.splitlines() if line.count("|") >= 2]
+
+
+def report_line(torch_nccl: str, system: dict) -> str:
+    """One line on both NCCLs of a node, and whether they are the same version."""
+    if not system:
+        return f"NCCL: torch's {torch_nccl or 'none'}; no system NCCL installed"
+    same = "the same version" if system["version"] == torch_nccl else "DIFFERENT versions"
+    return (
+        f"NCCL: torch's {torch_nccl or 'none'}, system libnccl {system['version']} "
+        f"(CUDA {system['cuda']}): {same}"
+    )

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.torch_job import ssh_argv
+from ansible.module_utils.torch_builds import installed_build, installed_query
 from ansible.module_utils.torch_job_node import job_processes, port_listeners
 
 DOCUMENTATION = r"""
@@ -57,8 +58,8 @@ options:
 
 RETURN = r"""
 node:
-  description: Everything read, one key per fact (torch, cuda, nccl, python, torch_gpus, os,
-    kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics, units, processes,
+  description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
+    torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics, units, processes,
     port_users, disk_free_gib, disk_path, clock_offsets, torch_error).
   type: dict
   returned: always
@@ -169,6 +170,16 @@ def clock_offsets(peers: dict[str, str], user: str) -> dict[str, float | None]:
         return dict(zip(peers, pool.map(measure, peers)))
 
 
+def system_nccl(module: AnsibleModule) -> str:
+    """The system libnccl (the nccl role's), beside the NCCL torch bundles: 'none' without one."""
+    query = installed_query(bool(shutil.which("rpm") and shutil.which("dnf")))
+    if not shutil.which(query[0]):
+        return "none"
+    rc, out, _ = module.run_command(query)
+    build = installed_build(out) if rc == 0 else {}
+    return f"{build['version']} (CUDA {build['cuda']})" if build else "none"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -199,6 +210,7 @@ def main() -> None:
         "processes": job_processes(None),
         "port_users": port_listeners(p["port"]) if p["port"] else [],
         "clock_offsets": clock_offsets(p["peers"], p["ssh_user"]),
+        "system_nccl": system_nccl(module),
         **disk(p["base_dir"]),
         **nvidia(p["gpu_dir"]),
         **torch_report(p["environment_fact"]),

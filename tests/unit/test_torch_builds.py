@@ -98,8 +98,21 @@ def test_the_cpu_build_has_no_nccl_to_match():
 
 
 def test_apt_madison_and_junk_lines_are_read():
-    lines = [" libnccl2 | 2.30.7-1+cuda13.2 | https://x/debian12/x86_64  Packages", "garbage"]
-    assert torch_builds.parse_builds([line.split("|")[1] for line in lines[:1]]) == [
+    text = " libnccl2 | 2.30.7-1+cuda13.2 | https://x/debian12/x86_64  Packages\ngarbage\n"
+    assert torch_builds.parse_builds(torch_builds.madison_versions(text)) == [
         ("2.30.7", "1", "13.2")
     ]
-    assert torch_builds.parse_builds(["garbage"]) == []
+
+
+def test_the_installed_nccl_is_read_from_the_package_database():
+    assert torch_builds.installed_build("2.28.9-1+cuda13.0\n")["cuda"] == "13.0"
+    assert torch_builds.installed_build("package libnccl is not installed\n") == {}
+
+
+def test_both_nccls_are_reported_and_a_difference_is_said():
+    system = torch_builds.installed_build("2.28.9-1+cuda13.0")
+    line = torch_builds.report_line("2.30.7", system)
+    assert line == ("NCCL: torch's 2.30.7, system libnccl 2.28.9 (CUDA 13.0): DIFFERENT versions")
+    same = torch_builds.report_line("2.28.9", system)
+    assert same.endswith("the same version")
+    assert torch_builds.report_line("2.30.7", {}).endswith("no system NCCL installed")

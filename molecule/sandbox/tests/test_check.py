@@ -44,6 +44,9 @@ def test_a_healthy_cluster_passes_with_every_section_measured(
         row = report["nodes"][name]
         assert row["torch"].startswith("2.14.1")
         assert all(row[key] for key in ("cuda", "nccl", "python", "kernel", "os"))
+        # Both NCCLs: torch's (its wheel's) and the system's (none: the sandbox has no nccl role).
+        assert row["nccl"] == "2.30.7"
+        assert row["system_nccl"] == "none"
         assert row["disk_free_gib"] > 0
         assert row["processes"] == row["units"] == []
     offsets = report["nodes"][names[0]]["clock_offsets"]

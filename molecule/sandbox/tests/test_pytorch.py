@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shlex
 
 import pytest
@@ -70,3 +71,22 @@ def test_a_cuda_build_the_pinned_torch_lacks_is_refused_before_anything_changes(
     assert outcome.rc != 0
     assert message in outcome.output, outcome.output
     assert not any(recap_changes(outcome.output).values())
+
+
+def test_torchs_nccl_and_the_system_nccl_are_both_reported(
+    playbook: Playbook, members: list[Node]
+) -> None:
+    """torch's wheels bring their own NCCL; the nccl role's system copy is another one (the
+    sandbox has none: its nccl role is off). provision.yml shows both on every node."""
+    outcome = playbook.run("provision.yml", {}, args=("--tags", "pytorch"))
+    assert outcome.rc == 0, outcome.output
+    assert not any(recap_changes(outcome.output).values())
+    for node in members:
+        version = node.host.check_output(
+            f"{node.setting('pytorch_env_dir', 'pytorch')}/bin/python -c "
+            "\"import torch; print('.'.join(map(str, torch.cuda.nccl.version())))\""
+        )
+        line = f"NCCL: torch's {version}; no system NCCL installed"
+        assert re.search(
+            rf"ok: \[{node.name}\] => {{\s+\"msg\": \"{re.escape(line)}\"", outcome.output
+        ), outcome.output

@@ -9,6 +9,12 @@ import torch
 # torch cannot use (no driver, a driver too old for the CUDA build, a CPU build).
 nvidia_gpus = len(glob.glob("/proc/driver/nvidia/gpus/*")) or len(glob.glob("/dev/nvidia[0-9]*"))
 
+# The NCCL torch loads (its nvidia-nccl wheel's), not the system's libnccl.
+try:
+    nccl_version = ".".join(str(part) for part in torch.cuda.nccl.version())
+except (AttributeError, RuntimeError):
+    nccl_version = ""
+
 print(
     json.dumps(
         {
@@ -18,6 +24,7 @@ print(
             "gpu_count": torch.cuda.device_count(),
             "nvidia_gpus": nvidia_gpus,
             "nccl": torch.distributed.is_nccl_available(),
+            "nccl_version": nccl_version,
             "gloo": torch.distributed.is_gloo_available(),
         }
     )
