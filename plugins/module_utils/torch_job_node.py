@@ -12,7 +12,12 @@ import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.torch_job import ssh_argv
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_job import ssh_argv
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import ssh_argv
 
 # /proc/net/tcp's state column: 0A is LISTEN.
 _LISTEN = "0A"

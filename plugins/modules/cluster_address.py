@@ -4,7 +4,16 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_net import address_problem, own_addresses
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.cluster_net import address_problem, own_addresses
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
+        address_problem,
+        own_addresses,
+    )
 
 DOCUMENTATION = r"""
 module: cluster_address

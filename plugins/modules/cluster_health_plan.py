@@ -7,7 +7,16 @@ import datetime
 import random
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_health import check_input_problems, round_robin
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.cluster_health import check_input_problems, round_robin
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_health import (
+        check_input_problems,
+        round_robin,
+    )
 
 DOCUMENTATION = r"""
 module: cluster_health_plan

@@ -13,9 +13,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job import ssh_argv
-from ansible.module_utils.torch_builds import installed_build, installed_query
-from ansible.module_utils.torch_job_node import job_processes, port_listeners
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_builds import installed_build, installed_query
+    from ansible.module_utils.torch_job import ssh_argv
+    from ansible.module_utils.torch_job_node import job_processes, port_listeners
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_builds import (
+        installed_build,
+        installed_query,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import ssh_argv
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        job_processes,
+        port_listeners,
+    )
 
 DOCUMENTATION = r"""
 module: cluster_health_probe
@@ -59,8 +73,8 @@ options:
 RETURN = r"""
 node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
-    torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics, units, processes,
-    port_users, disk_free_gib, disk_path, clock_offsets, torch_error).
+    torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics,
+    units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error).
   type: dict
   returned: always
 """

@@ -8,22 +8,43 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_health import (
-    Finding,
-    clock_findings,
-    collective_figures,
-    collective_findings,
-    disk_findings,
-    environment_findings,
-    gpu_findings,
-    leftover_findings,
-    markdown,
-    nccl_transport,
-    node_table,
-    reach_findings,
-    transport_findings,
-    version_findings,
-)
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.cluster_health import (
+        Finding,
+        clock_findings,
+        collective_figures,
+        collective_findings,
+        disk_findings,
+        environment_findings,
+        gpu_findings,
+        leftover_findings,
+        markdown,
+        nccl_transport,
+        node_table,
+        reach_findings,
+        transport_findings,
+        version_findings,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_health import (
+        Finding,
+        clock_findings,
+        collective_figures,
+        collective_findings,
+        disk_findings,
+        environment_findings,
+        gpu_findings,
+        leftover_findings,
+        markdown,
+        nccl_transport,
+        node_table,
+        reach_findings,
+        transport_findings,
+        version_findings,
+    )
 
 DOCUMENTATION = r"""
 module: cluster_health_report

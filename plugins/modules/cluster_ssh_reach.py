@@ -4,7 +4,15 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job_node import unreached_peers
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_job_node import unreached_peers
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        unreached_peers,
+    )
 
 DOCUMENTATION = r"""
 module: cluster_ssh_reach

@@ -4,7 +4,17 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ssh_key_choice import CHOICES, choose, fips_enabled
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.ssh_key_choice import CHOICES, choose, fips_enabled
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_key_choice import (
+        CHOICES,
+        choose,
+        fips_enabled,
+    )
 
 DOCUMENTATION = r"""
 module: ssh_trust_key

@@ -8,17 +8,39 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_net import address_problem, own_addresses
-from ansible.module_utils.torch_job import (
-    NPROC,
-    RUNNING,
-    UNIT_PROPERTIES,
-    parse_properties,
-    subtrees_digest,
-    tree_digest,
-    unit_state,
-)
-from ansible.module_utils.torch_job_node import port_listeners, unreached_peers
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.cluster_net import address_problem, own_addresses
+    from ansible.module_utils.torch_job import (
+        NPROC,
+        RUNNING,
+        UNIT_PROPERTIES,
+        parse_properties,
+        subtrees_digest,
+        tree_digest,
+        unit_state,
+    )
+    from ansible.module_utils.torch_job_node import port_listeners, unreached_peers
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
+        address_problem,
+        own_addresses,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        NPROC,
+        RUNNING,
+        UNIT_PROPERTIES,
+        parse_properties,
+        subtrees_digest,
+        tree_digest,
+        unit_state,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        port_listeners,
+        unreached_peers,
+    )
 
 DOCUMENTATION = r"""
 module: torch_job_preflight

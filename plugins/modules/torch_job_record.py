@@ -9,17 +9,33 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job import (
-    JOB_FAILED,
-    JOB_SUCCEEDED,
-    Attempt,
-    decide_restart,
-    final_message,
-    job_failures,
-    restart_message,
-    teardown_problems,
-    time_left,
-)
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_job import (
+        JOB_FAILED,
+        JOB_SUCCEEDED,
+        Attempt,
+        decide_restart,
+        final_message,
+        job_failures,
+        restart_message,
+        teardown_problems,
+        time_left,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        JOB_FAILED,
+        JOB_SUCCEEDED,
+        Attempt,
+        decide_restart,
+        final_message,
+        job_failures,
+        restart_message,
+        teardown_problems,
+        time_left,
+    )
 
 DOCUMENTATION = r"""
 module: torch_job_record

@@ -7,22 +7,43 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job import (
-    RECORD_WRAPPER,
-    RUNNING,
-    STOPPED,
-    UNIT_PROPERTIES,
-    parse_properties,
-    parse_torchrun_failures,
-    tree_digest,
-    unit_state,
-)
-from ansible.module_utils.torch_job_node import (
-    job_processes,
-    matching_files,
-    port_listeners,
-    rsync_filters,
-)
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_job import (
+        RECORD_WRAPPER,
+        RUNNING,
+        STOPPED,
+        UNIT_PROPERTIES,
+        parse_properties,
+        parse_torchrun_failures,
+        tree_digest,
+        unit_state,
+    )
+    from ansible.module_utils.torch_job_node import (
+        job_processes,
+        matching_files,
+        port_listeners,
+        rsync_filters,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        RECORD_WRAPPER,
+        RUNNING,
+        STOPPED,
+        UNIT_PROPERTIES,
+        parse_properties,
+        parse_torchrun_failures,
+        tree_digest,
+        unit_state,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        job_processes,
+        matching_files,
+        port_listeners,
+        rsync_filters,
+    )
 
 DOCUMENTATION = r"""
 module: torch_job_unit

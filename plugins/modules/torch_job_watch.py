@@ -8,20 +8,39 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.torch_job import (
-    SHOW_TIMESTAMPS,
-    UNIT_PROPERTIES,
-    UNREACHABLE,
-    NodeState,
-    first_failure,
-    parse_properties,
-    progress_matcher,
-    rank_line,
-    scan_log,
-    ssh_argv,
-    unit_state,
-    watch_round,
-)
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.torch_job import (
+        SHOW_TIMESTAMPS,
+        UNIT_PROPERTIES,
+        UNREACHABLE,
+        NodeState,
+        first_failure,
+        parse_properties,
+        progress_matcher,
+        rank_line,
+        scan_log,
+        ssh_argv,
+        unit_state,
+        watch_round,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        SHOW_TIMESTAMPS,
+        UNIT_PROPERTIES,
+        UNREACHABLE,
+        NodeState,
+        first_failure,
+        parse_properties,
+        progress_matcher,
+        rank_line,
+        scan_log,
+        ssh_argv,
+        unit_state,
+        watch_round,
+    )
 
 DOCUMENTATION = r"""
 module: torch_job_watch
