@@ -62,8 +62,9 @@ sandbox-train: ## Run playbooks/train.yml on the sandbox (pass ARGS='-e nproc=2 
 sandbox-down: ## Remove the sandbox containers, network and state
 	$(BIN)/ansible-playbook sandbox/down.yml
 
-lint: venv ## ansible-lint (production profile), yamllint, ruff, syntax checks
+lint: venv ## ansible-lint (production profile), yamllint, ruff, the CI workflow's schema, syntax checks
 	$(BIN)/yamllint -s .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -1,15 +1,28 @@
-"""The nodes of the centos scenario, and the settings the roles ran with on them.
+"""The containers of the centos scenario, and the settings the roles ran with on them.
 
-A node is an inventory host of the training group, reached with `podman exec` (the scenario's
-connection); its settings are the inventory's values, else the roles' defaults, read from the
-roles' own files so that the tests follow the pins rather than repeat them.
+A node is a container of the scenario reached with `podman exec` (the scenario's connection): a
+member of the training group, or the outsider. A member's settings are the inventory's values, else
+the roles' defaults, read from the roles' own files so that the tests follow the pins rather than
+repeat them.
+
+Reachability is proven with real TCP connections, made with the sandbox scenario's probes
+(molecule/sandbox/tests/sandbox_nodes.py): a listener that sends each client a token of its own, and
+a client that reports how its connection ended. A playbook run is read the way the preflight suite
+reads one (tests/preflight/bare_cluster.py). One implementation of each, for every suite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+import random
+import secrets
 import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +30,14 @@ from typing import Any
 import yaml
 from testinfra.host import Host
 
+sys.path.append(str(Path(__file__).resolve().parents[2] / "sandbox" / "tests"))
+sys.path.append(str(Path(__file__).resolve().parents[3] / "tests" / "preflight"))
+
+from bare_cluster import PlaybookRun
+from sandbox_nodes import CLIENT_SCRIPT, LISTENER_SCRIPT, RANDOM_PORTS, Connection
+
 PROJECT_DIR = Path(__file__).resolve().parents[3]
+PLAYBOOK_TIMEOUT_S = 900
 
 
 @functools.cache
@@ -30,6 +50,11 @@ def role_defaults(role: str) -> dict[str, Any]:
     return role_file(role, "defaults/main.yml")
 
 
+def random_high_port() -> int:
+    """A random port of the range that gloo and NCCL pick their connections from."""
+    return random.choice(RANDOM_PORTS)
+
+
 def cuda_version(variant: str) -> str:
     """The CUDA version of a PyTorch wheel variant: cu130 -> 13.0 (the pytorch role's rule)."""
     return f"{variant[2:-1]}.{variant[-1]}"
@@ -37,7 +62,7 @@ def cuda_version(variant: str) -> str:
 
 @dataclass(frozen=True)
 class Node:
-    """A host of the training group (equal and hashed by name)."""
+    """A container of the scenario (equal and hashed by name)."""
 
     name: str
     host: Host = field(compare=False)
@@ -45,12 +70,12 @@ class Node:
 
     @property
     def address(self) -> str:
-        """The node's cluster_address: molecule.yml sets it for every node, literally."""
+        """A member's cluster_address: molecule.yml sets it for every member, literally."""
         return self.hostvars["cluster_address"]
 
     @property
     def distribution(self) -> str:
-        """ID of /etc/os-release: centos (CentOS Stream) or rocky."""
+        """ID of /etc/os-release: centos (CentOS Stream), rocky or almalinux."""
         return self.host.system_info.distribution
 
     @property
@@ -73,5 +98,63 @@ class Node:
         """Run a command on the node and parse what it prints as JSON."""
         return json.loads(self.host.check_output(shlex.join(argv)))
 
+    def connect(self, address: str, port: int, timeout: float = 5) -> Connection:
+        """Open a TCP connection from this node to ADDRESS:PORT."""
+        outcome = self.run_json("python3", "-c", CLIENT_SCRIPT, address, str(port), str(timeout))
+        return Connection(**outcome)
+
+    @contextlib.contextmanager
+    def listening(self, port: int) -> Iterator[Connection]:
+        """A TCP listener on PORT of this node for the duration of the block (a transient systemd
+        unit, started once it listens); yields what a client that reaches it sees."""
+        token = secrets.token_hex(8)
+        unit = f"molecule-listener-{port}-{token}"
+        command = [
+            "systemd-run",
+            f"--unit={unit}",
+            "--collect",
+            "--quiet",
+            "--property=Type=notify",
+            "--property=TimeoutStartSec=20",
+            "/usr/bin/python3",
+            "-c",
+            LISTENER_SCRIPT,
+            str(port),
+            token,
+        ]
+        started = self.host.run(shlex.join(command))
+        assert started.rc == 0, f"no listener on {self}:{port}: {started.stderr}"
+        try:
+            yield Connection("connected", token)
+        finally:
+            self.host.run(f"systemctl stop {unit}")
+
     def __str__(self) -> str:
         return self.name
+
+
+def provision(facts_dir: Path, *args: str) -> PlaybookRun:
+    """playbooks/provision.yml on the scenario's members as an operator runs it: the scenario's
+    inventory, the repository's ansible.cfg, facts of this run only (in FACTS_DIR)."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            f"--inventory={os.environ['MOLECULE_INVENTORY_FILE']}",
+            "playbooks/provision.yml",
+            *args,
+        ],
+        cwd=PROJECT_DIR,
+        env=os.environ
+        | {
+            "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(facts_dir),
+            # Molecule forces colours, which would outrank ANSIBLE_NOCOLOR.
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=PLAYBOOK_TIMEOUT_S,
+        check=False,
+    )
+    return PlaybookRun(done.returncode, done.stdout, done.stderr)
