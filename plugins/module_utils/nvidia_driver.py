@@ -1,0 +1,360 @@
+"""The nvidia_driver role's decisions, as pure functions of what a node reports.
+
+Which driver branch a CUDA build of torch needs, what is wrong with the role's inputs on a
+node, which packages install the driver there, and what the node must still do before torch
+can use the driver (build the module, load it, reboot). The nvidia_driver_facts module reads
+the node and calls these. Standard library only, Python 3.9: it runs on the nodes.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+
+# CUDA minor version compatibility: the oldest driver branch that runs every build of a CUDA
+# major release (CUDA Toolkit release notes, "CUDA Toolkit and Minimum Required Driver Version
+# for CUDA Minor Version Compatibility";
+# https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html):
+# CUDA 13.x >= 580, 12.x >= 525 (525.60.13), 11.x >= 450 (450.80.02).
+MINIMUM_BRANCH = {13: 580, 12: 525, 11: 450}
+
+# A torch build of each CUDA major release, for the way out of a refusal.
+VARIANT_OF_MAJOR = {13: "cu130", 12: "cu126", 11: "cu118"}
+
+# The driver branch of Debian's nvidia-driver (non-free), by release: bookworm 535.261.03,
+# trixie 550.163.01 (the archive's bookworm/non-free and trixie/non-free indexes).
+DEBIAN_BRANCHES = {"bookworm": 535, "trixie": 550}
+DEBIAN_MAJORS = {"bookworm": "12", "trixie": "13"}
+# nvidia-driver is in non-free, the helpers it depends on (nvidia-kernel-common,
+# nvidia-modprobe, nvidia-persistenced) in contrib, its GSP firmware in non-free-firmware.
+DEBIAN_COMPONENTS = ("contrib", "non-free", "non-free-firmware")
+
+# The RHEL family releases with a CUDA repository and a path here. EL9 pins the branch with
+# a dnf module stream, EL10 (no modularity) with dnf versionlock, as NVIDIA documents:
+# https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/kernel-modules.html
+RHEL_STREAM_MAJORS = ("9",)
+RHEL_LOCK_MAJORS = ("10",)
+DNF_MODULE = "nvidia-driver"
+
+OK, BUILD, LOAD, REBOOT, NO_HEADERS = "ok", "build", "load", "reboot", "no-headers"
+
+_VARIANT = re.compile(r"^cu(\d{2,3})$")
+_BRANCH = re.compile(r"^\d{3}$")
+_PROC_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+def cuda_version(variant: str) -> tuple[int, int] | None:
+    """(major, minor) of a torch CUDA variant (cu130 -> (13, 0), cu118 -> (11, 8)); None for
+    cpu. ValueError for anything else."""
+    if variant == "cpu":
+        return None
+    match = _VARIANT.match(variant)
+    if not match:
+        raise ValueError(variant)
+    digits = match.group(1)
+    return int(digits[:-1]), int(digits[-1])
+
+
+def minimum_branch(variant: str) -> int | None:
+    """The oldest driver branch that runs torch's `variant` build; None for cpu. ValueError
+    for a variant that is not cpu or cuXY(Z), or a CUDA major release not in the table."""
+    version = cuda_version(variant)
+    if version is None:
+        return None
+    if version[0] not in MINIMUM_BRANCH:
+        raise ValueError(variant)
+    return MINIMUM_BRANCH[version[0]]
+
+
+def _cuda_text(variant: str) -> str:
+    major, minor = cuda_version(variant) or (0, 0)
+    return f"{variant} (CUDA {major}.{minor})"
+
+
+def _older_variant(branch: int) -> str:
+    """The newest torch CUDA build a driver branch runs ("" when none)."""
+    fitting = [major for major, minimum in MINIMUM_BRANCH.items() if minimum <= branch]
+    return VARIANT_OF_MAJOR[max(fitting)] if fitting else ""
+
+
+def platform_problem(name: str, os_family: str, distribution: str, release: str, major: str) -> str:
+    """Why the role cannot install a driver on this system ("" when it can)."""
+    if os_family == "RedHat" and major in RHEL_STREAM_MAJORS + RHEL_LOCK_MAJORS:
+        return ""
+    if distribution == "Debian" and release in DEBIAN_BRANCHES:
+        return ""
+    return (
+        f"{name}: the nvidia_driver role installs the driver on the RHEL family 9 and 10 and on "
+        f"Debian 12 (bookworm) and 13 (trixie), not on {distribution or os_family} "
+        f"{major or release}. Set nvidia_driver_enabled: false for this host and install the "
+        "driver yourself"
+    )
+
+
+def branch_problems(name: str, branch: str, variant: str) -> list[str]:
+    """The inputs' own problems: the branch's form, the variant's, and a branch older than
+    the CUDA build of torch needs."""
+    problems = []
+    if not _BRANCH.match(branch):
+        problems.append(
+            f"{name}: nvidia_driver_branch is '{branch}'. Expected a driver branch: the first "
+            "number of a driver version, e.g. 580 for 580.95.05"
+        )
+    try:
+        minimum = minimum_branch(variant)
+    except ValueError:
+        return [
+            *problems,
+            f"{name}: nvidia_driver_cuda_variant is '{variant}'. Expected cpu or a CUDA build "
+            f"of torch for CUDA {', '.join(map(str, sorted(MINIMUM_BRANCH)))} "
+            "(cu130, cu126, cu118 ...), as in pytorch_cuda_variant",
+        ]
+    if problems or minimum is None or int(branch) >= minimum:
+        return problems
+    return [
+        f"{name}: nvidia_driver_branch is {branch}, but {_cuda_text(variant)} needs the "
+        f"{minimum} driver branch or newer (CUDA minor version compatibility). Set "
+        f"nvidia_driver_branch to {minimum} or newer, or use a torch build the {branch} "
+        f"branch runs ({_older_variant(int(branch)) or 'none'})"
+    ]
+
+
+def debian_problems(name: str, release: str, variant: str, components: set[str]) -> list[str]:
+    """Debian ships one driver branch per release, from non-free: refuse one older than the
+    CUDA build of torch needs, and apt sources that lack the components it comes from."""
+    problems = []
+    shipped = DEBIAN_BRANCHES[release]
+    try:
+        minimum = minimum_branch(variant)
+    except ValueError:
+        minimum = None  # branch_problems names the variant
+    if minimum is not None and shipped < minimum:
+        major = DEBIAN_MAJORS[release]
+        problems.append(
+            f"{name}: Debian {major} ({release}) ships the NVIDIA driver branch {shipped} "
+            f"(nvidia-driver, non-free), older than the {minimum} branch that "
+            f"{_cuda_text(variant)} needs. Either set nvidia_driver_enabled: false and install "
+            f"a {minimum} or newer driver yourself (for example from NVIDIA's CUDA repository "
+            f"for debian{major}), or use a torch build the {shipped} branch runs "
+            f"(pytorch_cuda_variant: {_older_variant(shipped)})"
+        )
+    missing = [component for component in DEBIAN_COMPONENTS if component not in components]
+    if missing:
+        problems.append(
+            f"{name}: Debian's nvidia-driver comes from the {', '.join(DEBIAN_COMPONENTS)} "
+            f"components, but the apt sources of {release} list only "
+            f"{', '.join(sorted(components)) or 'none'}. Add {' '.join(missing)} to the "
+            f"'{release}' entry of /etc/apt/sources.list (or to Components: in its .sources "
+            "file), or set nvidia_driver_enabled: false for this host"
+        )
+    return problems
+
+
+def stream_problem(name: str, enabled: str, wanted: str) -> str:
+    """A different stream of dnf's nvidia-driver module is enabled: the role does not switch
+    a node's driver branch behind its back ("" when none or the wanted one is enabled)."""
+    if not enabled or not wanted or enabled == wanted.partition(":")[2]:
+        return ""
+    return (
+        f"{name}: dnf's {DNF_MODULE} module has the stream {enabled} enabled, and "
+        f"nvidia_driver_branch asks for {wanted}. Switch it yourself (dnf module switch-to "
+        f"{wanted} --allowerasing, then reboot), or set nvidia_driver_enabled: false to keep "
+        "the driver this node has"
+    )
+
+
+def dnf_module_stream(major: str, branch: str) -> str:
+    """EL9: the stream of dnf's nvidia-driver module that pins the branch, open kernel
+    modules with DKMS ("" elsewhere)."""
+    return f"{DNF_MODULE}:{branch}-open" if major in RHEL_STREAM_MAJORS else ""
+
+
+def versionlock_pattern(major: str, branch: str) -> str:
+    """EL10: the dnf versionlock pattern that keeps the branch ("" elsewhere)."""
+    return f"*nvidia*{branch}*" if major in RHEL_LOCK_MAJORS else ""
+
+
+def install_plan(
+    os_family: str, major: str, branch: str, kernel: str, persistence: bool
+) -> dict[str, object]:
+    """What installs the driver: packages, the dnf module stream to enable first (EL9) or the
+    versionlock pattern that keeps the branch (EL10).
+
+    RHEL family: the open kernel modules (nvidia-open) from NVIDIA's CUDA repository, built by
+    DKMS (from EPEL) against kernel-devel of the running kernel; kernel-headers (the user-space
+    API headers, one version at a time: pinning the running kernel's would downgrade it after a
+    kernel update) as NVIDIA's guide installs it. Debian: nvidia-driver from non-free, built by
+    DKMS against linux-headers of the running kernel.
+    """
+    persistenced = ["nvidia-persistenced"] if persistence else []
+    if os_family == "Debian":
+        return {
+            "packages": [f"linux-headers-{kernel}", "nvidia-driver", *persistenced],
+            "dnf_module_stream": "",
+            "versionlock": "",
+        }
+    return {
+        "packages": [
+            f"kernel-devel-{kernel}",
+            "kernel-headers",
+            "dkms",
+            "nvidia-open",
+            *persistenced,
+        ],
+        "dnf_module_stream": dnf_module_stream(major, branch),
+        "versionlock": versionlock_pattern(major, branch),
+    }
+
+
+def preflight_problems(
+    name: str,
+    branch: str,
+    variant: str,
+    *,
+    facts: dict[str, str],
+    components: set[str],
+    enabled_stream: str,
+) -> list[str]:
+    """Everything that stops the role on this node before it changes anything. `facts` holds
+    os_family, distribution, distribution_release and distribution_major_version (Ansible's);
+    `components` what apt's sources enable for the Debian release; `enabled_stream` the
+    stream of dnf's nvidia-driver module enabled now."""
+    platform = platform_problem(
+        name,
+        facts.get("os_family", ""),
+        facts.get("distribution", ""),
+        facts.get("distribution_release", ""),
+        facts.get("distribution_major_version", ""),
+    )
+    problems = branch_problems(name, branch, variant)
+    if platform:
+        return [platform, *problems]
+    if facts.get("os_family") == "Debian":
+        return problems + debian_problems(name, facts["distribution_release"], variant, components)
+    wanted = dnf_module_stream(facts.get("distribution_major_version", ""), branch)
+    stream = stream_problem(name, enabled_stream, wanted)
+    return problems + ([stream] if stream else [])
+
+
+def parse_proc_version(text: str) -> str:
+    """The driver version in /proc/driver/nvidia/version ("" when it names none)."""
+    match = _PROC_VERSION.search(text)
+    return match.group(1) if match else ""
+
+
+def parse_dnf_module_state(text: str) -> str:
+    """The enabled stream in /etc/dnf/modules.d/nvidia-driver.module ("" when none)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return ""
+    if not parser.has_section(DNF_MODULE):
+        return ""
+    section = parser[DNF_MODULE]
+    return section.get("stream", "") if section.get("state", "") == "enabled" else ""
+
+
+def _one_line_components(text: str, suite: str) -> set[str]:
+    components: set[str] = set()
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        if not words or words[0] != "deb":
+            continue
+        words = words[1:]
+        if words and words[0].startswith("["):
+            while words and not words[0].endswith("]"):
+                words = words[1:]
+            words = words[1:]
+        if len(words) >= 3 and words[1] == suite:
+            components.update(words[2:])
+    return components
+
+
+def _deb822_components(text: str, suite: str) -> set[str]:
+    components: set[str] = set()
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        key = ""
+        for line in stanza.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line[0].isspace() and key:
+                fields[key] += " " + line.strip()
+                continue
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            fields[key] = value.strip()
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
+            components.update(fields.get("components", "").split())
+    return components
+
+
+def apt_components(sources: dict[str, str], suite: str) -> set[str]:
+    """The components apt's sources enable for `suite` (bookworm), from the texts of
+    sources.list and sources.list.d, by file name (*.list one-line, *.sources deb822)."""
+    components: set[str] = set()
+    for path, text in sources.items():
+        if path.endswith(".sources"):
+            components |= _deb822_components(text, suite)
+        else:
+            components |= _one_line_components(text, suite)
+    return components
+
+
+def driver_action(
+    installed: str, loaded: str, nouveau_loaded: bool, headers: bool
+) -> tuple[str, str]:
+    """What the node must do before torch can use the driver, and why.
+
+    installed: the version of the nvidia module built for the running kernel ("" when none);
+    loaded: the version of the module in the kernel now ("" when none is loaded).
+    """
+    if not installed:
+        if headers:
+            return BUILD, "no nvidia kernel module is built for the running kernel"
+        return NO_HEADERS, (
+            "no nvidia kernel module is built for the running kernel, and its headers are not "
+            "installed"
+        )
+    if not loaded:
+        if nouveau_loaded:
+            return REBOOT, "nouveau drives the GPUs now, and the nvidia module loads only at boot"
+        return LOAD, "the nvidia module is not loaded"
+    if loaded != installed:
+        return REBOOT, (
+            f"the kernel runs the nvidia module {loaded}, while {installed} is installed (the "
+            "libraries would refuse the running module: driver/library version mismatch)"
+        )
+    return OK, ""
+
+
+def action_message(name: str, action: str, reason: str, kernel: str, reboot_allowed: bool) -> str:
+    """What to tell the user when the node is left in this state ("" when it is ready)."""
+    if action == OK:
+        return ""
+    if action == REBOOT and not reboot_allowed:
+        return (
+            f"{name}: the NVIDIA driver is installed, but {reason}: the node must reboot before "
+            "torch can use it. Reboot it and run provision.yml again, or set "
+            "nvidia_driver_reboot: true to let the role reboot it"
+        )
+    if action == REBOOT:
+        return (
+            f"{name}: {reason}, even after the role rebooted the node. Look for the nvidia "
+            "module's errors in the kernel log (journalctl -k | grep -i nvidia)"
+        )
+    if action == NO_HEADERS:
+        return (
+            f"{name}: {reason} ({kernel}): DKMS cannot build the module without them. Install "
+            f"the kernel's development files (kernel-devel-{kernel} or linux-headers-{kernel}), "
+            "or boot the kernel they are installed for, and run provision.yml again"
+        )
+    if action == BUILD:
+        return (
+            f"{name}: {reason} ({kernel}), even after dkms autoinstall. See dkms status and "
+            f"the make.log under /var/lib/dkms/, and that /lib/modules/{kernel}/build exists"
+        )
+    return f"{name}: {reason}, even after modprobe nvidia. See journalctl -k | grep -i nvidia"
