@@ -13,9 +13,9 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX_NODES ?= 2
 export SANDBOX_NODES
 
-APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap
+APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg
 
-.PHONY: help setup apt venv wheelhouse data sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch clean
+.PHONY: help setup apt venv wheelhouse data nccl-mirror collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,7 +73,20 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff, the CI workflow
 unit: setup ## Trainer and preflight tests (real torchrun jobs; a bare sandbox for the preflight)
 	$(BIN)/pytest tests
 
-molecule: setup data ## The sandbox scenario: create, converge, idempotence, verify, destroy
+# A local mirror of NVIDIA's CUDA apt repository (libnccl2, libnccl-dev, cuda-keyring), made
+# from the NCCL in torch's nvidia-nccl wheel, so that the sandbox runs the nccl role for real.
+nccl-mirror: .cache/nccl-mirror/.complete
+
+.cache/nccl-mirror/.complete: sandbox/nccl_mirror.py .cache/wheelhouse/.complete
+	$(BIN)/python sandbox/nccl_mirror.py --cuda 13.0 --out .cache/nccl-mirror \
+	  --wheel $$(ls .cache/wheelhouse/nvidia_nccl_cu13-*.whl)
+	touch $@
+
+# The collection (galaxy.yml), as users install it.
+collection: venv ## Build the torch_cluster.cluster collection into .cache/collection
+	$(BIN)/ansible-galaxy collection build --force --output-path .cache/collection
+
+molecule: setup data nccl-mirror ## The sandbox scenario: create, converge, idempotence, verify, destroy
 	cd $(CURDIR) && $(BIN)/molecule test -s sandbox
 
 test: lint unit molecule ## Everything CI runs

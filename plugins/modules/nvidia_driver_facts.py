@@ -7,16 +7,31 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nvidia_driver import (
-    action_message,
-    apt_components,
-    driver_action,
-    install_plan,
-    minimum_branch,
-    parse_dnf_module_state,
-    parse_proc_version,
-    preflight_problems,
-)
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.nvidia_driver import (
+        action_message,
+        apt_components,
+        driver_action,
+        install_plan,
+        minimum_branch,
+        parse_dnf_module_state,
+        parse_proc_version,
+        preflight_problems,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.nvidia_driver import (
+        action_message,
+        apt_components,
+        driver_action,
+        install_plan,
+        minimum_branch,
+        parse_dnf_module_state,
+        parse_proc_version,
+        preflight_problems,
+    )
 
 DOCUMENTATION = r"""
 module: nvidia_driver_facts
