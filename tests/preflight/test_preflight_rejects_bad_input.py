@@ -100,8 +100,7 @@ BAD_INPUTS = [
     ),
     pytest.param(
         BadInput(
-            "value of pytorch_cuda_variant must be one of: cpu, cu118, cu121, cu124, cu126, "
-            "cu128, cu129, cu130, got: cu999",
+            "torch 2.14.1 has no cu999 build: PyTorch 2.14 ships cu126, cu130, cu132, cpu",
             {"pytorch_cuda_variant": "cu999"},
         ),
         id="cuda-variant-cu999",
