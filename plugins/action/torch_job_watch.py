@@ -25,11 +25,63 @@ TIMEOUT_GRACE_S = 60
 MASTER_MISSES = 2
 # Arguments of the action itself; the rest go to the module.
 OWN_ARGS = ("job_id", "interval", "timeout", "startup_timeout", "started")
+# Slurm job states of a job that waits to run.
+QUEUED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
 
 def _elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def _unstarted(started_units: dict) -> dict:
+    """The watch's result when a node's unit did not start (the job cannot run), or {}."""
+    unstarted = {
+        name: result.get("msg") or "no answer"
+        for name, result in started_units.items()
+        if result.get("failed") or result.get("unreachable") or "log_start" not in result
+    }
+    if not unstarted:
+        return {}
+    nodes = {
+        name: {"state": "failed", "detail": f"its unit did not start: {why}", "ended": 0}
+        for name, why in unstarted.items()
+    }
+    return {
+        "job": "failed",
+        "nodes": nodes,
+        "failed_nodes": list(unstarted),
+        "unreachable_nodes": [],
+        "tails": {},
+        "training_started": False,
+        "started_at": time.time(),
+        "seconds": 0.0,
+        "progress": "",
+        "error": "",
+    }
+
+
+def _shown(seen: dict, running: str) -> str:
+    """The line shown between rounds: the job's progress, or what it waits for in Slurm."""
+    slurm = seen.get("slurm") or {}
+    if slurm.get("state", "") not in QUEUED:
+        return running
+    reason = f" ({slurm['reason']})" if slurm.get("reason") not in ("", "None") else ""
+    return f"queued in Slurm: {slurm['state']}{reason}"
+
+
+class _QueueClock:
+    """The time a Slurm job has waited in the queue, round by round."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._last = time.monotonic()
+
+    def tick(self, seen: dict) -> None:
+        now = time.monotonic()
+        if (seen.get("slurm") or {}).get("state", "") in QUEUED:
+            self.seconds += now - self._last
+        self._last = now
 
 
 class ActionModule(ActionBase):
@@ -47,29 +99,10 @@ class ActionModule(ActionBase):
 
         # Each node's result of the start (torch_job_unit state=started), by name.
         started_units = own["started"] or {}
-        unstarted = {
-            name: result.get("msg") or "no answer"
-            for name, result in started_units.items()
-            if result.get("failed") or result.get("unreachable") or "log_start" not in result
-        }
+        unstarted = _unstarted(started_units)
         if unstarted:
             # A node's unit did not start: the job cannot run. Nothing to watch.
-            nodes = {
-                name: {"state": "failed", "detail": f"its unit did not start: {why}", "ended": 0}
-                for name, why in unstarted.items()
-            }
-            result.update(
-                job="failed",
-                nodes=nodes,
-                failed_nodes=list(unstarted),
-                unreachable_nodes=[],
-                tails={},
-                training_started=False,
-                started_at=time.time(),
-                seconds=0.0,
-                progress="",
-                error="",
-            )
+            result.update(unstarted)
             return result
 
         started, started_at = time.monotonic(), time.time()
@@ -77,6 +110,9 @@ class ActionModule(ActionBase):
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
         progress, latest, progress_seen, misses = "", "", False, 0
+        # Through Slurm the job may wait in the queue first: that time counts neither
+        # towards its time limit nor towards its start-up.
+        queue = _QueueClock()
         while True:
             try:
                 seen = self._execute_module(
@@ -86,7 +122,6 @@ class ActionModule(ActionBase):
                 )
             except AnsibleConnectionFailure as err:
                 seen = {"unreachable": True, "msg": str(err)}
-            elapsed = time.monotonic() - started
             if seen.get("unreachable") or seen.get("failed"):
                 misses += 1
                 if seen.get("failed") or misses >= MASTER_MISSES:
@@ -103,6 +138,8 @@ class ActionModule(ActionBase):
                 self._reset_connection()
                 continue
             misses = 0
+            queue.tick(seen)
+            elapsed = time.monotonic() - started - queue.seconds
             offset = seen["offset"]
             if seen["progress"]:
                 progress, progress_seen = seen["progress"], True
@@ -110,14 +147,14 @@ class ActionModule(ActionBase):
             latest = seen.get("last_line") or latest
             if seen["job"] != "running":
                 break
-            shown = progress or latest or "running (no output from rank 0 yet)"
+            shown = _shown(seen, progress or latest or "running (no output from rank 0 yet)")
             display.display(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
             if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
                 seen["job"] = "timed out"
                 seen["error"] = f"the units still ran {TIMEOUT_GRACE_S} s after the time limit"
                 break
 
-        seconds = time.monotonic() - started
+        seconds = time.monotonic() - started - queue.seconds
         seen.pop("invocation", None)
         seen.pop("changed", None)
         result.update(seen)
@@ -127,6 +164,7 @@ class ActionModule(ActionBase):
             started_at=started_at,
             progress=progress,
             seconds=round(seconds, 1),
+            queued_seconds=round(queue.seconds, 1),
             # A failure after the first progress line, or after the start-up window, is a
             # failure of training: worth a restart from the checkpoint. One before is not.
             training_started=progress_seen or seconds >= startup_timeout,

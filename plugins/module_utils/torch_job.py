@@ -531,6 +531,9 @@ def subtrees_digest(root: str, names: Sequence[str]) -> str:
 
 # --- Inputs ---------------------------------------------------------------------
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# How a job is started (plugins/module_utils/slurm_job.py for slurm), and what may be exported.
+LAUNCHERS = ("systemd", "slurm")
+EXPORTS = ("", "sbatch")
 NPROC = re.compile(r"^(auto|[1-9][0-9]*)$")
 
 
@@ -573,12 +576,32 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
                 f"train_result_files must be relative to the output folder and stay in it "
                 f"(got {pattern!r})"
             )
+    problems += launch_problems(inputs)
     regex = str(inputs.get("train_progress_regex", ""))
     if regex:
         try:
             re.compile(regex)
         except re.error as err:
             problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+def launch_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """The launcher's name and the export's, checked."""
+    problems = []
+    launcher = str(inputs.get("train_launcher", "systemd"))
+    if launcher not in LAUNCHERS:
+        problems.append(
+            f"train_launcher must be one of {', '.join(LAUNCHERS)} (got {launcher!r}): systemd "
+            "starts torchrun on every node itself, slurm submits the job to the Slurm cluster "
+            "that playbooks/slurm.yml sets up"
+        )
+    export = str(inputs.get("train_export", ""))
+    if export not in EXPORTS:
+        problems.append(
+            f"train_export must be empty or sbatch (got {export!r}): sbatch writes the job's "
+            "batch script to runs/<job_id>/job.sbatch and runs nothing"
+        )
     return problems
 
 

@@ -52,6 +52,8 @@ description:
   - C(state=started) checks the staged code against its digest, clears what an earlier run of
     the job left (a failed or finished unit of the same name, a stop request), and starts the
     command in a transient unit with C(systemd-run). It refuses to start over a running unit.
+  - C(state=prepared) does all of that but the start, for a job that another launcher (Slurm)
+    starts: the folders, the wrapper, the header in the log, the code checked.
   - C(state=absent) stops the unit (C(systemctl stop) returns once every process of its
     cgroup is gone), clears its failure, then looks for processes that still carry the job's
     C(TORCH_JOB_ID) and, when asked, for processes listening on a port.
@@ -64,7 +66,7 @@ options:
   state:
     description: Whether the unit should run or be gone.
     type: str
-    choices: [started, absent]
+    choices: [started, prepared, absent]
     required: true
   job_id:
     description: The job's id; its processes carry it as C(TORCH_JOB_ID).
@@ -150,13 +152,13 @@ options:
 
 RETURN = r"""
 command:
-  description: The systemd-run argv (started).
+  description: The systemd-run argv (started), or the command (prepared).
   type: list
-  returned: when state is started
+  returned: when state is started or prepared
 log_start:
   description: Size of the log before the start, where this run's output begins.
   type: int
-  returned: when state is started
+  returned: when state is started or prepared
 was:
   description: The unit's state before the stop (absent).
   type: dict
@@ -292,7 +294,7 @@ def start(module: AnsibleModule) -> None:
     params = module.params
     for required in ("command", "working_directory", "log"):
         if not params[required]:
-            module.fail_json(msg=f"state=started needs {required}")
+            module.fail_json(msg=f"state={params['state']} needs {required}")
     # In check mode the code was not copied: there is nothing to compare yet.
     if params["code_digest"] and not module.check_mode:
         found = tree_digest(params["code_dir"])
@@ -305,6 +307,13 @@ def start(module: AnsibleModule) -> None:
     state = unit_state(props)
     if state.state == RUNNING:
         module.fail_json(msg=f"{params['name']} is running already ({state.detail})")
+    if params["state"] == "prepared":
+        # Another launcher (Slurm) starts the command: only the node's side is made ready.
+        if module.check_mode:
+            module.exit_json(changed=True, command=params["command"], log_start=0)
+        clear(module, params["name"], props)
+        log_start = prepare(params)
+        module.exit_json(changed=True, command=params["command"], log_start=log_start)
     argv = systemd_run(params)
     if module.check_mode:
         module.exit_json(changed=True, command=argv, log_start=0)
@@ -344,7 +353,11 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "name": {"type": "str", "required": True},
-            "state": {"type": "str", "required": True, "choices": ["started", "absent"]},
+            "state": {
+                "type": "str",
+                "required": True,
+                "choices": ["started", "prepared", "absent"],
+            },
             "job_id": {"type": "str", "required": True},
             "command": {"type": "list", "elements": "str", "default": []},
             "description": {"type": "str", "default": ""},
@@ -367,7 +380,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if module.params["state"] == "started":
+    if module.params["state"] in ("started", "prepared"):
         start(module)
     else:
         stop(module)

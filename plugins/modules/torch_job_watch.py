@@ -12,7 +12,9 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.slurm_job import job_phase, node_states, parse_scontrol
     from ansible.module_utils.torch_job import (
+        RUNNING,
         SHOW_TIMESTAMPS,
         UNIT_PROPERTIES,
         UNREACHABLE,
@@ -27,7 +29,13 @@ try:
         watch_round,
     )
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.slurm_job import (
+        job_phase,
+        node_states,
+        parse_scontrol,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        RUNNING,
         SHOW_TIMESTAMPS,
         UNIT_PROPERTIES,
         UNREACHABLE,
@@ -99,6 +107,17 @@ options:
     description: File that playbooks/stop.yml leaves when it stops the job.
     type: path
     required: true
+  slurm_job_id:
+    description:
+      - The job runs in Slurm (train_launcher=slurm) as this Slurm job. Its state comes from
+        C(scontrol) on this node instead of systemd on every node; once it ended, each node's
+        from srun's lines in I(slurm_output).
+    type: str
+    default: ""
+  slurm_output:
+    description: The batch job's output file on its batch host (C(%j) is the Slurm job id).
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -133,6 +152,10 @@ last_line:
 offset:
   description: Where the next round's reading starts.
   type: int
+  returned: always
+slurm:
+  description: The Slurm job's state, reason and batch host, when I(slurm_job_id) is set.
+  type: dict
   returned: always
 """
 
@@ -177,6 +200,46 @@ def tail(address: str | None, log: str, lines: int) -> str:
     return "\n".join((workers or everything)[-lines:]) + "\n"
 
 
+def slurm_poller(params: dict, addresses: dict[str, str | None], names: list[str]):
+    """poll_all for a Slurm job, and the latest scontrol fields it read."""
+    seen: dict[str, str] = {}
+
+    def batch_output(host: str) -> str:
+        path = params["slurm_output"].replace("%j", params["slurm_job_id"])
+        if not path:
+            return ""
+        try:
+            done = run(addresses.get(host), ["cat", path])
+        except subprocess.TimeoutExpired:
+            return ""
+        return done.stdout if done.returncode == 0 else ""
+
+    def poll_all() -> dict[str, NodeState]:
+        argv = ["scontrol", "--oneliner", "show", "job", params["slurm_job_id"]]
+        try:
+            done = run(None, argv)
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(argv, 1, "", "scontrol did not answer")
+        if done.returncode != 0:
+            why = " ".join((done.stderr or done.stdout).split())
+            if "Invalid job id" in why:
+                fields = {"JobState": "UNKNOWN", "Reason": "Slurm no longer knows the job"}
+            else:
+                # slurmctld restarting: the job goes on; the next poll asks again.
+                seen.update(JobState="RUNNING", Reason=f"scontrol: {why}")
+                return {name: NodeState(RUNNING, f"scontrol: {why}") for name in names}
+        else:
+            fields = parse_scontrol(done.stdout)
+        seen.clear()
+        seen.update(fields)
+        output = ""
+        if job_phase(fields) not in ("queued", "running"):
+            output = batch_output(fields.get("BatchHost", params["self_name"]))
+        return node_states(fields, output, names)
+
+    return poll_all, seen
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -191,6 +254,8 @@ def main() -> None:
             "wait": {"type": "float", "default": 25},
             "poll": {"type": "float", "default": 2},
             "stop_marker": {"type": "path", "required": True},
+            "slurm_job_id": {"type": "str", "default": ""},
+            "slurm_output": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -203,9 +268,14 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
 
-        def poll_all() -> dict[str, NodeState]:
+        def poll_units() -> dict[str, NodeState]:
             states = pool.map(lambda name: poll_node(addresses[name], params["unit"]), names)
             return dict(zip(names, states))
+
+        slurm: dict[str, str] = {}
+        poll_all = poll_units
+        if params["slurm_job_id"]:
+            poll_all, slurm = slurm_poller(params, addresses, names)
 
         seen = watch_round(
             poll_all,
@@ -239,6 +309,10 @@ def main() -> None:
         last_line=scan.last_line,
         offset=scan.offset,
         polls=seen.polls,
+        slurm={
+            key: slurm.get(field, "")
+            for key, field in (("state", "JobState"), ("reason", "Reason"), ("host", "BatchHost"))
+        },
     )
 
 
