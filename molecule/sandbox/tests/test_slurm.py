@@ -14,10 +14,15 @@ import json
 import re
 import shlex
 import time
+from pathlib import Path
 
 import pytest
 from launcher import LONG_JOB, Job, Playbook, attempts, job_vars, metrics, recap_changes
-from sandbox_nodes import Connection, Node
+from sandbox_nodes import PROJECT_DIR, Connection, Node
+
+EXAMPLES = PROJECT_DIR / "train" / "examples"
+SCRIPTS = Path(__file__).parent / "scripts"
+SAVED = re.compile(r"^\[rank0\]: Epoch (\d+) \| Training snapshot saved at snapshot\.pt$", re.M)
 
 # The playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
@@ -249,3 +254,64 @@ def test_slurm_asked_for_while_its_controller_is_down_is_refused(
     assert "train_launcher=slurm: Slurm's controller does not answer" in outcome.output
     assert "run playbooks/slurm.yml" in outcome.output
     assert not master.host.file(job.folder).exists
+
+
+def test_a_tutorial_script_restarts_through_slurm_from_its_own_snapshot(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    # PyTorch's DDP tutorial style: a snapshot in the current folder, resumed when present; its
+    # own progress format; no --resume option (train_resume_args empty).
+    extra = {
+        "train_code_dir": str(EXAMPLES),
+        "train_script": "snapshot_ddp.py",
+        "train_script_args": ["12", "1", "--dataset_size", "40000"],
+        "train_resume_args": [],
+        "train_progress_regex": r"Epoch \d+ \|",
+        "train_max_restarts": 1,
+        "train_watch_interval": 3,
+    }
+    running = playbook.start("train.yml", slurm_vars(job, nproc=1, **extra))
+    try:
+        job.wait_for_log(members[0], SAVED.pattern)
+        job.kill_workers(members[-1])
+        outcome = running.wait(timeout=600)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    first, second = attempts(playbook, job)
+    assert (first["outcome"], second["outcome"]) == ("failed", "succeeded")
+    # Each attempt was a Slurm job of its own.
+    assert [record["State"] for record in accounting(members[0], job)] == ["FAILED", "COMPLETED"]
+    second_run = job.log(members[0]).split("attempt 2,")[-1]
+    resumed_at = int(re.search(r"Resuming training from snapshot at Epoch (\d+)", second_run)[1])
+    assert resumed_at >= 1
+    assert "[rank0]: [GPU0] Epoch 11 |" in second_run
+
+
+def test_a_script_gets_the_same_environment_through_slurm(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    extra = {
+        "train_code_dir": str(SCRIPTS),
+        "train_script": "print_env.py",
+        "train_script_args": [],
+        "train_env": {"MY_SETTING": "42"},
+        "train_result_files": ["env-*.json"],
+        "train_results_from_all_nodes": True,
+    }
+    outcome = playbook.run("train.yml", slurm_vars(job, **extra))
+    assert outcome.rc == 0, outcome.output
+    run = playbook.runs_dir / job.job_id
+    for rank, node in enumerate(members):
+        seen = json.loads((run / node.name / f"env-rank{rank}.json").read_text())
+        env_bin = str(Path(seen["python"]).parent)
+        assert seen["RANK"] == str(rank)
+        assert (seen["LOCAL_RANK"], seen["LOCAL_WORLD_SIZE"]) == ("0", "1")
+        assert seen["WORLD_SIZE"] == str(len(members))
+        assert seen["MASTER_ADDR"] == members[0].address
+        assert seen["TORCH_JOB_ID"] == job.job_id
+        assert seen["TORCH_JOB_OUTPUT_DIR"] == seen["cwd"] == job.output
+        assert seen["NCCL_SOCKET_IFNAME"] == seen["GLOO_SOCKET_IFNAME"] == node.interface
+        assert seen["MY_SETTING"] == "42"
+        assert seen["PATH"].split(":")[0] == env_bin
+        assert Path(seen["python_on_path"]).parent == Path(env_bin)
