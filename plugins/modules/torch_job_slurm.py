@@ -49,7 +49,7 @@ options:
   nodes:
     description:
       - In rank order, each node's C(name) (inventory hostname, which is its Slurm node name),
-        C(rank), C(env) and C(command): what the default launcher would run there.
+        C(rank), C(env) and C(command), what the default launcher would run there.
     type: list
     elements: dict
     default: []

@@ -53,7 +53,7 @@ description:
     the job left (a failed or finished unit of the same name, a stop request), and starts the
     command in a transient unit with C(systemd-run). It refuses to start over a running unit.
   - C(state=prepared) does all of that but the start, for a job that another launcher (Slurm)
-    starts: the folders, the wrapper, the header in the log, the code checked.
+    starts (the folders, the wrapper, the header in the log, the code checked).
   - C(state=absent) stops the unit (C(systemctl stop) returns once every process of its
     cgroup is gone), clears its failure, then looks for processes that still carry the job's
     C(TORCH_JOB_ID) and, when asked, for processes listening on a port.
