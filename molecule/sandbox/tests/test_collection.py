@@ -31,7 +31,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (tarball,) = root.glob("torch_cluster-cluster-*.tar.gz")
     subprocess.run(
-        [BIN / "ansible-galaxy", "collection", "install", "-p", root / "installed", tarball],
+        [
+            BIN / "ansible-galaxy",
+            "collection",
+            "install",
+            "--force",
+            "-p",
+            root / "installed",
+            tarball,
+        ],
         check=True,
         capture_output=True,
         cwd=root,
