@@ -192,3 +192,22 @@ def recap_changes(output: str) -> dict[str, int]:
         host: int(count)
         for host, count in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)
     }
+
+
+def assert_script_environments(run: Path, job: Job, members: list[Node]) -> None:
+    """What scripts/print_env.py wrote on each node (one process a node, MY_SETTING=42 in
+    train_env, fetched from every node into run/<node>/): torchrun's variables, the job's own,
+    the interface and the training environment's PATH."""
+    for rank, node in enumerate(members):
+        seen = json.loads((run / node.name / f"env-rank{rank}.json").read_text())
+        env_bin = str(Path(seen["python"]).parent)
+        assert seen["RANK"] == str(rank)
+        assert (seen["LOCAL_RANK"], seen["LOCAL_WORLD_SIZE"]) == ("0", "1")
+        assert seen["WORLD_SIZE"] == str(len(members))
+        assert seen["MASTER_ADDR"] == members[0].address
+        assert seen["TORCH_JOB_ID"] == job.job_id
+        assert seen["TORCH_JOB_OUTPUT_DIR"] == seen["cwd"] == job.output
+        assert seen["NCCL_SOCKET_IFNAME"] == seen["GLOO_SOCKET_IFNAME"] == node.interface
+        assert seen["MY_SETTING"] == "42"
+        assert seen["PATH"].split(":")[0] == env_bin
+        assert Path(seen["python_on_path"]).parent == Path(env_bin)

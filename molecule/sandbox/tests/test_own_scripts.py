@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from launcher import PROJECT_DIR, Job, Playbook, job_vars
+from launcher import PROJECT_DIR, Job, Playbook, assert_script_environments, job_vars
 from sandbox_nodes import Node
 
 EXAMPLES = PROJECT_DIR / "train" / "examples"
@@ -105,16 +105,4 @@ def test_a_script_gets_torchruns_variables_the_jobs_own_and_its_environment(
     outcome = playbook.run("train.yml", own_script(job, SCRIPTS, "print_env.py", [], **extra))
     assert outcome.rc == 0, outcome.output
     run = playbook.runs_dir / job.job_id
-    for rank, node in enumerate(members):
-        seen = json.loads((run / node.name / f"env-rank{rank}.json").read_text())
-        env_bin = str(Path(seen["python"]).parent)
-        assert seen["RANK"] == str(rank)
-        assert (seen["LOCAL_RANK"], seen["LOCAL_WORLD_SIZE"]) == ("0", "1")
-        assert seen["WORLD_SIZE"] == str(len(members))
-        assert seen["MASTER_ADDR"] == members[0].address
-        assert seen["TORCH_JOB_ID"] == job.job_id
-        assert seen["TORCH_JOB_OUTPUT_DIR"] == seen["cwd"] == job.output
-        assert seen["NCCL_SOCKET_IFNAME"] == seen["GLOO_SOCKET_IFNAME"] == node.interface
-        assert seen["MY_SETTING"] == "42"
-        assert seen["PATH"].split(":")[0] == env_bin
-        assert Path(seen["python_on_path"]).parent == Path(env_bin)
+    assert_script_environments(run, job, members)

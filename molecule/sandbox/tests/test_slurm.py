@@ -17,7 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import LONG_JOB, Job, Playbook, attempts, job_vars, metrics, recap_changes
+from launcher import (
+    LONG_JOB,
+    Job,
+    Playbook,
+    assert_script_environments,
+    attempts,
+    job_vars,
+    metrics,
+    recap_changes,
+)
 from sandbox_nodes import PROJECT_DIR, Connection, Node
 
 EXAMPLES = PROJECT_DIR / "train" / "examples"
@@ -302,16 +311,4 @@ def test_a_script_gets_the_same_environment_through_slurm(
     outcome = playbook.run("train.yml", slurm_vars(job, **extra))
     assert outcome.rc == 0, outcome.output
     run = playbook.runs_dir / job.job_id
-    for rank, node in enumerate(members):
-        seen = json.loads((run / node.name / f"env-rank{rank}.json").read_text())
-        env_bin = str(Path(seen["python"]).parent)
-        assert seen["RANK"] == str(rank)
-        assert (seen["LOCAL_RANK"], seen["LOCAL_WORLD_SIZE"]) == ("0", "1")
-        assert seen["WORLD_SIZE"] == str(len(members))
-        assert seen["MASTER_ADDR"] == members[0].address
-        assert seen["TORCH_JOB_ID"] == job.job_id
-        assert seen["TORCH_JOB_OUTPUT_DIR"] == seen["cwd"] == job.output
-        assert seen["NCCL_SOCKET_IFNAME"] == seen["GLOO_SOCKET_IFNAME"] == node.interface
-        assert seen["MY_SETTING"] == "42"
-        assert seen["PATH"].split(":")[0] == env_bin
-        assert Path(seen["python_on_path"]).parent == Path(env_bin)
+    assert_script_environments(run, job, members)
