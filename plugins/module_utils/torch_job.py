@@ -576,13 +576,30 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
                 f"train_result_files must be relative to the output folder and stay in it "
                 f"(got {pattern!r})"
             )
-    problems += launch_problems(inputs)
+    problems += launch_problems(inputs) + output_problems(inputs)
     regex = str(inputs.get("train_progress_regex", ""))
     if regex:
         try:
             re.compile(regex)
         except re.error as err:
             problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+def output_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """Where the job's output folder is, and how many copies of it are kept."""
+    problems = []
+    copies = str(inputs.get("train_output_copies", "1"))
+    if not copies.isdigit() or int(copies) < 1:
+        problems.append(
+            f"train_output_copies must be a whole number, 1 or more (got {copies!r}): without a "
+            "shared folder, the master's output folder is copied to that many other nodes"
+        )
+    shared = str(inputs.get("train_shared_dir", "auto"))
+    if shared not in ("auto", "") and not shared.startswith("/"):
+        problems.append(
+            f"train_shared_dir must be auto, empty, or an absolute path (got {shared!r})"
+        )
     return problems
 
 
@@ -625,6 +642,9 @@ class Attempt:
     failures: list[dict[str, Any]] = field(default_factory=list)
     restarted: bool = False
     not_restarted_because: str = ""
+    # Without a shared folder: what keeping the output folders in step cost before and after
+    # the attempt (torch_job_sync's seconds, bytes, files, transfers, by phase).
+    sync: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)

@@ -118,6 +118,17 @@ options:
     description: The controller's digest of those entries (paths, sizes, times).
     type: str
     default: ""
+  shared_dir:
+    description:
+      - The job's shared folder (train_shared_dir). C(auto) takes the shared_storage role's mount
+        from I(shared_fact) when the node has one, else none; empty for none; else a folder that
+        must exist on the node.
+    type: str
+    default: auto
+  shared_fact:
+    description: The shared_storage role's local fact (JSON), which names its mount.
+    type: path
+    default: /etc/ansible/facts.d/shared_storage.fact
 """
 
 RETURN = r"""
@@ -144,6 +155,10 @@ code_current:
 data_current:
   description: Whether the node's data has the controller's files (paths, sizes and times).
   type: bool
+  returned: success
+shared_dir:
+  description: The job's shared folder on this node, resolved (empty for none).
+  type: str
   returned: success
 """
 
@@ -232,6 +247,27 @@ def user_problems(node: str, user: str, peers: dict[str, str]) -> list[str]:
     ]
 
 
+def shared_folder(node: str, given: str, fact: str) -> tuple[str, list[str]]:
+    """The job's shared folder on this node (train_shared_dir resolved), and why it cannot be."""
+    if given == "auto":
+        try:
+            with open(fact) as handle:
+                given = str(json.load(handle).get("path", ""))
+        except (OSError, ValueError, AttributeError):
+            return "", []
+    if not given:
+        return "", []
+    if not os.path.isabs(given):
+        return given, [f"train_shared_dir must be an absolute path (got {given!r})"]
+    if not os.path.isdir(given):
+        return given, [
+            f"{node}: the shared folder {given} (train_shared_dir) is not there: mount it on "
+            "every node (playbooks/provision.yml with shared_storage_source or "
+            "shared_storage_server), or set train_shared_dir to '' to run without one"
+        ]
+    return given, []
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -250,6 +286,11 @@ def main() -> None:
             "data_dir": {"type": "path", "required": True},
             "data_names": {"type": "list", "elements": "str", "default": []},
             "data_digest": {"type": "str", "default": ""},
+            "shared_dir": {"type": "str", "default": "auto"},
+            "shared_fact": {
+                "type": "path",
+                "default": "/etc/ansible/facts.d/shared_storage.fact",
+            },
         },
         supports_check_mode=True,
     )
@@ -260,6 +301,7 @@ def main() -> None:
     given = str(p["nproc"])
     nproc = 0 if not NPROC.match(given) else (gpus or 1) if given == "auto" else int(given)
     interface, wrong_address = address_problem(node, p["address"], own_addresses())
+    shared_dir, shared_problems = shared_folder(node, p["shared_dir"], p["shared_fact"])
     problems = [
         *([wrong_address] if wrong_address else []),
         *environment_problems(node, torchrun, p["environment_fact"]),
@@ -267,6 +309,7 @@ def main() -> None:
         *unit_problems(module, node, p["unit"], p["job_id"]),
         *port_problems(node, p["port"]),
         *user_problems(node, p["user"], p["peers"]),
+        *shared_problems,
     ]
     if problems:
         module.fail_json(msg="; ".join(problems) + ".", problems=problems)
@@ -279,6 +322,7 @@ def main() -> None:
         code_current=tree_digest(p["code_dir"]) == p["code_digest"],
         data_current=bool(p["data_names"])
         and subtrees_digest(p["data_dir"], p["data_names"]) == p["data_digest"],
+        shared_dir=shared_dir,
     )
 
 

@@ -91,6 +91,10 @@ options:
     description: The command that stops the job, for the message.
     type: str
     required: true
+  sync:
+    description: What keeping the output folders in step cost (torch_job_sync), by phase.
+    type: dict
+    default: {}
 """
 
 RETURN = r"""
@@ -139,6 +143,7 @@ def main() -> None:
             "teardown": {"type": "dict", "required": True},
             "run_dir": {"type": "str", "required": True},
             "stop_hint": {"type": "str", "required": True},
+            "sync": {"type": "dict", "default": {}},
         },
         supports_check_mode=False,
     )
@@ -157,6 +162,7 @@ def main() -> None:
         tails=watch.get("tails", {}),
         error=watch.get("error", "") or watch.get("msg", ""),
         teardown_problems=problems,
+        sync=params["sync"],
     )
     reported = {name: result.get("failures") or [] for name, result in params["teardown"].items()}
     attempt.failures = [f.as_dict() for f in job_failures(attempt.nodes, reported)]

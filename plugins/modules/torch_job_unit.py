@@ -148,6 +148,13 @@ options:
     description: With I(state=absent), report processes that listen on this TCP port (0 for none).
     type: int
     default: 0
+  requires_mounts:
+    description:
+      - Paths whose mounts the unit needs (systemd's C(RequiresMountsFor)); systemd mounts them
+        first, from C(/etc/fstab), and does not start the unit without them.
+    type: list
+    elements: path
+    default: []
 """
 
 RETURN = r"""
@@ -263,6 +270,7 @@ def systemd_run(params: dict) -> list[str]:
         "--property=KillMode=control-group",
         "--property=TimeoutStopSec=10",
     ]
+    argv += [f"--property=RequiresMountsFor={path}" for path in params["requires_mounts"]]
     if params["runtime_max_sec"] > 0:
         argv.append(f"--property=RuntimeMaxSec={params['runtime_max_sec']}")
     environment = {**params["env"], "TORCH_JOB_ID": params["job_id"]}
@@ -279,7 +287,8 @@ def prepare(params: dict) -> int:
     log = params["log"]
     for folder in [*params["folders"], params["working_directory"], os.path.dirname(log)]:
         if not os.path.isdir(folder):
-            os.makedirs(folder, mode=0o755)
+            # On a shared folder, every node makes the same folders at the same time.
+            os.makedirs(folder, mode=0o755, exist_ok=True)
             os.chown(folder, user.pw_uid, user.pw_gid)
     log_start = os.path.getsize(log) if os.path.exists(log) else 0
     if params["wrapper"]:
@@ -377,6 +386,7 @@ def main() -> None:
             "header": {"type": "str", "default": ""},
             "remove": {"type": "list", "elements": "path", "default": []},
             "port": {"type": "int", "default": 0},
+            "requires_mounts": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )

@@ -4,13 +4,13 @@
         snapshot_ddp.py TOTAL_EPOCHS SAVE_EVERY [--batch_size 32] [--dataset_size 2048]
 
 It reads LOCAL_RANK and RANK from torchrun, trains a small regression with a DataLoader over a
-DistributedSampler, and writes its snapshot (model state and epochs run) to snapshot.pt in the
-current folder, on local rank 0 of every node. When that file exists at start, it resumes from
-it. It prints progress in its own format, from every rank.
+DistributedSampler, and follows the tutorial's own rule for its snapshot (model state and epochs
+run): global rank 0 alone writes it to snapshot.pt in the current folder, and every rank of every
+node loads it at start when it exists. It prints progress in its own format, from every rank.
 
-One line differs from the tutorial: the nodes' snapshots are written one by one, so a job
-stopped between two nodes' writes leaves them an epoch apart. Every rank therefore takes rank
-0's epoch count, as DDP already gives every rank rank 0's weights. The launcher runs it as is:
+So every node must see the file that rank 0 wrote. The launcher gives it that: its current
+folder is the job's output folder, on the cluster's shared folder when there is one; without
+one, the launcher brings every node's output folder up to date before every attempt.
 
     ansible-playbook playbooks/train.yml -e train_code_dir=$PWD/train/examples \\
         -e train_script=snapshot_ddp.py -e '{"train_script_args": ["20", "1"]}'
@@ -23,7 +23,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from torch.distributed import broadcast_object_list, destroy_process_group, init_process_group
+from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
@@ -68,7 +68,6 @@ class Trainer:
         *,
         device: torch.device,
     ) -> None:
-        self.local_rank = int(os.environ["LOCAL_RANK"])
         self.global_rank = int(os.environ["RANK"])
         self.device = device
         self.model = model.to(device)
@@ -80,10 +79,6 @@ class Trainer:
         if os.path.exists(snapshot_path):
             print("Loading snapshot")
             self._load_snapshot(snapshot_path)
-        # Rank 0's snapshot wins: its epoch count here, its weights in DDP's constructor.
-        shared = [self.epochs_run]
-        broadcast_object_list(shared, src=0)
-        self.epochs_run = shared[0]
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
     def _load_snapshot(self, snapshot_path: str) -> None:
@@ -123,7 +118,7 @@ class Trainer:
     def train(self, max_epochs: int) -> None:
         for epoch in range(self.epochs_run, max_epochs):
             self._run_epoch(epoch)
-            if self.local_rank == 0 and (epoch + 1) % self.save_every == 0:
+            if self.global_rank == 0 and (epoch + 1) % self.save_every == 0:
                 self._save_snapshot(epoch + 1)
 
 

@@ -1,0 +1,282 @@
+#!/usr/bin/python
+"""Ansible module: keep a job's output folders in step on nodes that share no filesystem."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.job_sync import (
+        LIST_SCRIPT,
+        after_gathering,
+        lacking,
+        newest_copies,
+        next_round,
+        rsync_stats,
+    )
+    from ansible.module_utils.torch_job import SSH_OPTIONS, ssh_argv
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_sync import (
+        LIST_SCRIPT,
+        after_gathering,
+        lacking,
+        newest_copies,
+        next_round,
+        rsync_stats,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
+        SSH_OPTIONS,
+        ssh_argv,
+    )
+
+DOCUMENTATION = r"""
+module: torch_job_sync
+short_description: Keep a job's output folders in step on nodes that share no filesystem
+description:
+  - Runs on the master, as the training user, whose SSH trust reaches every node; the output
+    folder has the same path on every node. Only files that differ travel (rsync).
+  - C(phase=before) (before an attempt) lists every node's folder at once, fetches to the master
+    the newest copy of each file that it lacks or holds in an older version (so that a copy on
+    another node replaces one that the master lost), then sends the files to every node that
+    lacks any, in rounds in which every node that has them sends to one that does not. Fails,
+    naming the node, when a node cannot be listed or sent to.
+  - C(phase=after) (after an attempt) copies the master's folder to the next I(copies) nodes in
+    rank order that answer, so that a lost master loses no file. Its problems are returned,
+    never raised.
+  - No deletion ever travels: a file removed on one node comes back from another.
+options:
+  phase:
+    description: before or after an attempt.
+    type: str
+    choices: [before, after]
+    required: true
+  folder:
+    description: The job's output folder (the same path on every node).
+    type: path
+    required: true
+  nodes:
+    description: Every node of the job, name to address, in rank order; the first is the master.
+    type: dict
+    required: true
+  copies:
+    description: With C(phase=after), how many other nodes get the master's folder.
+    type: int
+    default: 1
+  timeout:
+    description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
+    type: int
+    default: 60
+"""
+
+RETURN = r"""
+seconds:
+  description: How long the whole step took.
+  type: float
+  returned: always
+bytes:
+  description: The bytes that crossed the network (rsync's sent and received, every transfer).
+  type: int
+  returned: always
+files:
+  description: The files transferred, every copy counted.
+  type: int
+  returned: always
+transfers:
+  description: "Each rsync: from, to, files, bytes, seconds, error."
+  type: list
+  returned: always
+rounds:
+  description: (before) How many rounds the sending took.
+  type: int
+  returned: always
+holders:
+  description: (after) The other nodes that hold the master's files now.
+  type: list
+  returned: always
+problems:
+  description: One sentence per node that could not be listed or sent to.
+  type: list
+  returned: always
+"""
+
+
+def run(argv: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    except OSError as error:
+        return subprocess.CompletedProcess(argv, 127, "", str(error))
+
+
+def on(address: str | None, argv: list[str]) -> list[str]:
+    """argv run on the node at address (None: here, on the master)."""
+    return argv if address is None else ssh_argv(address, argv)
+
+
+def rsync(timeout: int, *args: str) -> list[str]:
+    """rsync over the nodes' SSH trust, in the C locale (its --stats figures are then plain)."""
+    ssh = shlex.join(["ssh", *SSH_OPTIONS])
+    return [
+        "env", "LC_ALL=C", "rsync", "--archive", "--stats", "--mkpath",
+        f"--timeout={timeout}", "--rsh", ssh, *args,
+    ]  # fmt: skip
+
+
+class Sync:
+    def __init__(self, params: dict) -> None:
+        self.folder = params["folder"].rstrip("/")
+        self.nodes: dict[str, str] = params["nodes"]
+        self.order = list(self.nodes)
+        self.master = self.order[0]
+        self.timeout = params["timeout"]
+        self.transfers: list[dict] = []
+        self.problems: list[str] = []
+
+    def address(self, name: str) -> str | None:
+        return None if name == self.master else self.nodes[name]
+
+    def list_all(self, names: list[str]) -> dict[str, dict]:
+        def listing(name: str) -> dict | None:
+            done = run(on(self.address(name), ["python3", "-c", LIST_SCRIPT, self.folder]))
+            try:
+                return json.loads(done.stdout) if done.returncode == 0 else None
+            except ValueError:
+                return None
+
+        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+            found = dict(zip(names, pool.map(listing, names)))
+        for name, value in found.items():
+            if value is None:
+                self.problems.append(f"{name}: its output folder {self.folder} could not be listed")
+        return {name: value for name, value in found.items() if value is not None}
+
+    def transfer(self, sender: str, receiver: str, files: list[str] | None = None) -> bool:
+        """Send the folder (or the files listed, relative to it) from sender to receiver; the
+        command runs on the master or on the sender."""
+        started = time.monotonic()
+        if files is not None:  # a fetch to the master
+            argv = rsync(
+                self.timeout,
+                "--files-from=-",
+                f"{self.nodes[sender]}:{self.folder}/",
+                f"{self.folder}/",
+            )
+        else:
+            source = f"{self.folder}/"
+            argv = on(
+                self.address(sender),
+                rsync(self.timeout, source, f"{self.nodes[receiver]}:{self.folder}/"),
+            )
+        done = run(argv, "\n".join(files or []) + "\n" if files else "")
+        stats = rsync_stats(done.stdout)
+        error = "" if done.returncode == 0 else " ".join(done.stderr.split())[-300:]
+        self.transfers.append(
+            {
+                "from": sender,
+                "to": receiver,
+                "files": stats["files"],
+                "bytes": stats["sent"] + stats["received"],
+                "seconds": round(time.monotonic() - started, 2),
+                "error": error,
+            }
+        )
+        if error:
+            self.problems.append(f"{sender} -> {receiver}: rsync failed: {error}")
+        return not error
+
+    def parallel(self, jobs: list[tuple]) -> list[bool]:
+        if not jobs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(32, len(jobs))) as pool:
+            return list(pool.map(lambda job: self.transfer(*job), jobs))
+
+    def before(self) -> dict:
+        listings = self.list_all(self.order)
+        if self.master not in listings:
+            return {"rounds": 0, "holders": []}
+        fetch = newest_copies(listings, [n for n in self.order if n in listings])
+        fetched = self.parallel([(holder, self.master, paths) for holder, paths in fetch.items()])
+        gathered = {holder: fetch[holder] for holder, ok in zip(fetch, fetched) if ok}
+        wanted = after_gathering(listings, self.master, gathered)
+        have = [self.master]
+        waiting = [
+            name
+            for name in self.order[1:]
+            if name in listings and wanted and lacking(listings[name], wanted)
+        ]
+        rounds = 0
+        while waiting:
+            pairs = next_round(have, waiting)
+            sent = self.parallel(pairs)
+            have += [receiver for (_, receiver), ok in zip(pairs, sent) if ok]
+            waiting = waiting[len(pairs) :]
+            rounds += 1
+        return {"rounds": rounds, "holders": have[1:]}
+
+    def after(self, copies: int) -> dict:
+        listings = self.list_all(self.order)
+        wanted = listings.get(self.master) or {}
+        if not wanted:
+            return {"rounds": 0, "holders": []}
+        candidates = [name for name in self.order[1:] if name in listings]
+        holders: list[str] = []
+        while candidates and len(holders) < copies:
+            batch, candidates = (
+                candidates[: copies - len(holders)],
+                candidates[copies - len(holders) :],
+            )
+            needing = [name for name in batch if lacking(listings[name], wanted)]
+            holders += [name for name in batch if name not in needing]
+            sent = self.parallel([(self.master, name) for name in needing])
+            holders += [name for name, ok in zip(needing, sent) if ok]
+        if len(holders) < copies:
+            self.problems.append(
+                f"the master's output folder is on {len(holders)} other node(s), not {copies}"
+            )
+        return {"rounds": 1 if self.transfers else 0, "holders": holders}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "phase": {"type": "str", "required": True, "choices": ["before", "after"]},
+            "folder": {"type": "path", "required": True},
+            "nodes": {"type": "dict", "required": True},
+            "copies": {"type": "int", "default": 1},
+            "timeout": {"type": "int", "default": 60},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    if not p["nodes"]:
+        module.fail_json(msg="nodes must name at least the master")
+    started = time.monotonic()
+    sync = Sync(p)
+    found = sync.before() if p["phase"] == "before" else sync.after(p["copies"])
+    result = {
+        "changed": bool(sync.transfers),
+        "seconds": round(time.monotonic() - started, 2),
+        "bytes": sum(t["bytes"] for t in sync.transfers),
+        "files": sum(t["files"] for t in sync.transfers),
+        "transfers": sync.transfers,
+        "problems": sync.problems,
+        **found,
+    }
+    if p["phase"] == "before" and sync.problems:
+        module.fail_json(
+            msg="The output folders could not be brought up to date before the start: "
+            + "; ".join(sync.problems),
+            **result,
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
