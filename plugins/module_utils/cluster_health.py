@@ -14,6 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.shared_storage import describe_mount
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
+        describe_mount,
+    )
+
 # What must be the same on every node: a collective between different builds fails or hangs.
 MUST_MATCH = ("torch", "cuda", "nccl", "python")
 PROVISION_HINT = "run playbooks/provision.yml"
@@ -219,6 +228,54 @@ def disk_findings(rows: Mapping[str, Mapping[str, Any]], min_free_gib: float) ->
     ]
 
 
+def shared_findings(shared: Mapping[str, Any], min_free_gib: float) -> list[Finding]:
+    """The shared folder's proof (plugins/modules/shared_dir_proof.py): each node that cannot
+    write there or sees another filesystem, and a folder short of free space."""
+    path = shared.get("path", "")
+    findings = [
+        Finding(
+            "shared folder",
+            problem["node"],
+            problem["problem"],
+            f"every node writes to {path} and reads every node's file there",
+            "mount the shared folder there (playbooks/provision.yml), or check its permissions",
+        )
+        for problem in shared.get("problems") or []
+    ]
+    free = [w["free_gib"] for w in (shared.get("writes") or {}).values() if w.get("ok")]
+    if free and min(free) < min_free_gib:
+        findings.append(
+            Finding(
+                "shared folder",
+                path,
+                f"{min(free):.1f} GiB free",
+                f"at least {min_free_gib:g} GiB",
+                "free space on the shared folder's server",
+            )
+        )
+    return findings
+
+
+def shared_lines(shared: Mapping[str, Any]) -> list[str]:
+    """The shared folder, one line per node: what is mounted there, its free space and the
+    node's write throughput."""
+    if not shared:
+        return []
+    lines = [f"Shared folder {shared['path']}:"]
+    for name, wrote in (shared.get("writes") or {}).items():
+        if "ok" not in wrote:
+            lines.append(f"  {name}: no answer")
+            continue
+        where = describe_mount(wrote.get("mount") or {})
+        speed = wrote.get("write_mb_s")
+        lines.append(
+            f"  {name}: {where}, {_cell(wrote.get('free_gib'))} GiB free, "
+            + (f"write {speed:.1f} MB/s" if speed is not None else "write not measured")
+            + ("" if wrote.get("ok") else f" (cannot write: {wrote.get('error')})")
+        )
+    return lines
+
+
 def transport_findings(
     rows: Mapping[str, Mapping[str, Any]], transports: Mapping[str, str]
 ) -> list[Finding]:
@@ -365,6 +422,9 @@ def check_input_problems(inputs: Mapping[str, Any]) -> list[str]:
     if free < 0:
         given = inputs.get("check_min_free_gib")
         problems.append(f"check_min_free_gib must be a number of GiB, 0 or more (got {given!r})")
+    mib = str(inputs.get("check_shared_write_mib", 0))
+    if not mib.isdigit():
+        problems.append(f"check_shared_write_mib must be a whole number, 0 or more (got {mib!r})")
     return problems
 
 
@@ -464,9 +524,13 @@ def markdown(
     reach: Mapping[str, Sequence[Mapping[str, Any]]],
     figures: Mapping[str, Any],
     findings: Sequence[Finding],
+    *,
+    shared: Sequence[str] = (),
 ) -> str:
     """report.md: the same facts as report.json, to read."""
     lines = [f"# {title}", "", "## Nodes", "", "```", *table, "```", ""]
+    if shared:
+        lines += ["## Shared folder", "", "```", *shared, "```", ""]
     lines += ["## Connections", "", "| from | to | port | outcome |", "| --- | --- | ---: | --- |"]
     lines += [
         f"| {name} | {attempt['peer']} | {attempt['port']} | {attempt['outcome']} |"

@@ -11,6 +11,7 @@ Standard library only: runs on the nodes' system Python (3.9 on EL9) and on the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -103,7 +104,9 @@ def describe_mount(mount: Mapping[str, str]) -> str:
     """ "fuse.sshfs root@10.0.0.2:/srv/x at /shared", for messages."""
     if not mount:
         return "no mount"
-    return f"{mount['fstype']} {mount['source']} at {mount['mount_point']}"
+    root = mount.get("root", "/")
+    part = f"[{root}]" if root not in ("", "/") else ""  # a bind mount: the folder it shows
+    return f"{mount['fstype']} {mount['source']}{part} at {mount['mount_point']}"
 
 
 def mount_point_problem(
@@ -139,6 +142,19 @@ def mount_point_problem(
             "or choose another shared_storage_path"
         )
     return ""
+
+
+def resolve_shared_dir(given: str, fact: str) -> str:
+    """The shared folder a job or a check uses: `given` (train_shared_dir, check_shared_dir),
+    where "auto" is the path in the shared_storage role's local fact on this node (none when
+    the node has no such fact) and "" is none."""
+    if given != "auto":
+        return given
+    try:
+        with open(fact) as handle:
+            return str(json.load(handle).get("path", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 # --- The proof: every node writes, every node reads --------------------------------------
@@ -178,7 +194,7 @@ def proof_problems(
     if views:
         order = {name: index for index, name in enumerate(nodes)}
         shared, members = min(views.items(), key=lambda view: (-len(view[1]), order[view[1][0]]))
-        if len(members) < 2 and len(nodes) > 1:
+        if len(members) < 2 and len(seen) > 1:
             for name in seen:
                 problems[name] = (
                     f"sees only its own file in {path}: no two nodes share it (its {path} is on "

@@ -17,10 +17,14 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.shared_storage import resolve_shared_dir
     from ansible.module_utils.torch_builds import installed_build, installed_query
     from ansible.module_utils.torch_job import ssh_argv
     from ansible.module_utils.torch_job_node import job_processes, port_listeners
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
+        resolve_shared_dir,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_builds import (
         installed_build,
         installed_query,
@@ -68,13 +72,22 @@ options:
     description: The user the nodes trust each other as.
     type: str
     default: root
+  shared_dir:
+    description: The jobs' shared folder; C(auto) for the shared_storage role's mount (its fact).
+    type: str
+    default: auto
+  shared_fact:
+    description: The shared_storage role's local fact (JSON), which names its mount.
+    type: path
+    default: /etc/ansible/facts.d/shared_storage.fact
 """
 
 RETURN = r"""
 node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
     torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics,
-    units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error).
+    units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error,
+    shared_dir).
   type: dict
   returned: always
 """
@@ -203,6 +216,11 @@ def main() -> None:
             "port": {"type": "int", "default": 0},
             "peers": {"type": "dict", "default": {}},
             "ssh_user": {"type": "str", "default": "root"},
+            "shared_dir": {"type": "str", "default": "auto"},
+            "shared_fact": {
+                "type": "path",
+                "default": "/etc/ansible/facts.d/shared_storage.fact",
+            },
         },
         supports_check_mode=True,
     )
@@ -225,6 +243,7 @@ def main() -> None:
         "port_users": port_listeners(p["port"]) if p["port"] else [],
         "clock_offsets": clock_offsets(p["peers"], p["ssh_user"]),
         "system_nccl": system_nccl(module),
+        "shared_dir": resolve_shared_dir(p["shared_dir"], p["shared_fact"]),
         **disk(p["base_dir"]),
         **nvidia(p["gpu_dir"]),
         **torch_report(p["environment_fact"]),

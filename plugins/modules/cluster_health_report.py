@@ -25,6 +25,8 @@ try:
         nccl_transport,
         node_table,
         reach_findings,
+        shared_findings,
+        shared_lines,
         transport_findings,
         version_findings,
     )
@@ -42,6 +44,8 @@ except ImportError:
         nccl_transport,
         node_table,
         reach_findings,
+        shared_findings,
+        shared_lines,
         transport_findings,
         version_findings,
     )
@@ -103,9 +107,15 @@ options:
     type: float
     default: 1.0
   min_free_gib:
-    description: Free GiB needed where jobs write.
+    description: Free GiB needed where jobs write (each node's base folder, the shared folder).
     type: float
     default: 10
+  shared:
+    description:
+      - The shared folder's proof (path, problems, and each node's write step of
+        shared_dir_proof); empty when there is no shared folder.
+    type: dict
+    default: {}
   baseline_file:
     description: The cluster's baseline (JSON); empty for none.
     type: str
@@ -184,6 +194,7 @@ def main() -> None:
             "fraction_of_median": {"type": "float", "default": 0.5},
             "clock_limit": {"type": "float", "default": 1.0},
             "min_free_gib": {"type": "float", "default": 10},
+            "shared": {"type": "dict", "default": {}},
             "baseline_file": {"type": "str", "default": ""},
             "save_baseline": {"type": "bool", "default": False},
             "report_dir": {"type": "path", "required": True},
@@ -223,6 +234,7 @@ def main() -> None:
         *leftover_findings(rows, p["port"]),
         *disk_findings(rows, p["min_free_gib"]),
         *transport_findings(rows, transports),
+        *shared_findings(p["shared"], p["min_free_gib"]),
     ]
     blocking = [
         f for f in findings if f.check in ("probe", "environment", "versions", "reachability")
@@ -269,7 +281,8 @@ def main() -> None:
         )
 
     table = node_table(rows, transports, offsets)
-    lines = ["Nodes:", *table]
+    shared = shared_lines(p["shared"])
+    lines = ["Nodes:", *table, *shared]
     if figures:
         group = figures["group"][-1]
         lines.append(
@@ -295,13 +308,15 @@ def main() -> None:
         "reachability": reach,
         "transports": transports,
         "collectives": figures,
+        "shared": p["shared"],
         "baseline": baseline,
         "failures": [f.as_dict() for f in findings],
     }
     write(os.path.join(p["report_dir"], "report.json"), json.dumps(report, indent=2) + "\n")
     title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
     write(
-        os.path.join(p["report_dir"], "report.md"), markdown(title, table, reach, figures, findings)
+        os.path.join(p["report_dir"], "report.md"),
+        markdown(title, table, reach, figures, findings, shared=shared),
     )
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
         saved = {

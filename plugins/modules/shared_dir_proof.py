@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -233,6 +234,8 @@ def main() -> None:
         problems = proof_problems(p["nodes"], p["path"], writes, reads)
         module.exit_json(changed=False, problems=problems)
     shutil.rmtree(proof_dir(p["path"], p["token"]), ignore_errors=True)
+    with contextlib.suppress(OSError):  # the proofs' folder too, once no proof is under way
+        os.rmdir(os.path.join(p["path"], PROOF_FOLDER))
     module.exit_json(changed=True)
 
 

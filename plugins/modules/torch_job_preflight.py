@@ -13,6 +13,7 @@ from ansible.module_utils.basic import AnsibleModule
 # torch_cluster.cluster collection.
 try:
     from ansible.module_utils.cluster_net import address_problem, own_addresses
+    from ansible.module_utils.shared_storage import resolve_shared_dir
     from ansible.module_utils.torch_job import (
         NPROC,
         RUNNING,
@@ -27,6 +28,9 @@ except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
         address_problem,
         own_addresses,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
+        resolve_shared_dir,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
         NPROC,
@@ -249,23 +253,14 @@ def user_problems(node: str, user: str, peers: dict[str, str]) -> list[str]:
 
 def shared_folder(node: str, given: str, fact: str) -> tuple[str, list[str]]:
     """The job's shared folder on this node (train_shared_dir resolved), and why it cannot be."""
-    if given == "auto":
-        try:
-            with open(fact) as handle:
-                given = str(json.load(handle).get("path", ""))
-        except (OSError, ValueError, AttributeError):
-            return "", []
-    if not given:
-        return "", []
-    if not os.path.isabs(given):
-        return given, [f"train_shared_dir must be an absolute path (got {given!r})"]
-    if not os.path.isdir(given):
-        return given, [
-            f"{node}: the shared folder {given} (train_shared_dir) is not there: mount it on "
-            "every node (playbooks/provision.yml with shared_storage_source or "
-            "shared_storage_server), or set train_shared_dir to '' to run without one"
-        ]
-    return given, []
+    path = resolve_shared_dir(given, fact)
+    if not path or os.path.isdir(path):
+        return path, []
+    return path, [
+        f"{node}: the shared folder {path} (train_shared_dir) is not there: mount it on every "
+        "node (playbooks/provision.yml with shared_storage_source or shared_storage_server), or "
+        "set train_shared_dir to '' to run without one"
+    ]
 
 
 def main() -> None:

@@ -9,5 +9,13 @@ from pathlib import Path
 # The modules import ansible.module_utils.NAME; here the same files are plain modules, and
 # those that import each other find one another under Ansible's names too.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
-for name in ("torch_job", "cluster_net", "cluster_health", "torch_builds", "slurm_job"):
+for name in (
+    "torch_job",
+    "cluster_net",
+    "shared_storage",
+    "cluster_health",
+    "torch_builds",
+    "slurm_job",
+    "job_sync",
+):
     sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)

@@ -97,6 +97,30 @@ def test_too_little_disk_fails() -> None:
     assert [f.subject for f in ch.disk_findings(rows, 10)] == ["n0"]
 
 
+SHARED_MOUNT = {"mount_point": "/shared", "fstype": "nfs4", "source": "nfs1:/jobs", "root": "/"}
+
+
+def test_the_shared_folder_names_a_node_without_it_and_a_full_folder() -> None:
+    writes = {
+        "n0": {"ok": True, "mount": SHARED_MOUNT, "free_gib": 3.5, "write_mb_s": 412.0},
+        "n1": {"ok": True, "mount": {**SHARED_MOUNT, "fstype": "ext4"}, "free_gib": 80.0},
+    }
+    problems = [{"node": "n1", "problem": "sees another filesystem at /shared"}]
+    shared = {"path": "/shared", "writes": writes, "problems": problems}
+    findings = ch.shared_findings(shared, 10)
+    assert [(f.check, f.subject) for f in findings] == [
+        ("shared folder", "n1"),
+        ("shared folder", "/shared"),
+    ]
+    assert findings[1].value == "3.5 GiB free"
+    lines = ch.shared_lines(shared)
+    assert lines[0] == "Shared folder /shared:"
+    assert lines[1] == "  n0: nfs4 nfs1:/jobs at /shared, 3.5 GiB free, write 412.0 MB/s"
+    assert lines[2].endswith("80.0 GiB free, write not measured")
+    assert ch.shared_findings({"path": "/shared", "writes": writes, "problems": []}, 1) == []
+    assert ch.shared_lines({}) == []
+
+
 def test_nccl_over_sockets_where_rdma_nics_exist_fails() -> None:
     log = "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
     transport = ch.nccl_transport(log)
@@ -167,6 +191,7 @@ def test_the_collectives_report_is_read_by_node_name() -> None:
         ),
         ({"check_message_sizes": "1024"}, "check_message_sizes must be a list of positive sizes"),
         ({"check_min_free_gib": -1}, "check_min_free_gib must be a number of GiB"),
+        ({"check_shared_write_mib": "lots"}, "check_shared_write_mib must be a whole number"),
     ],
 )
 def test_bad_check_inputs_are_named(inputs: dict, words: str) -> None:
@@ -175,6 +200,7 @@ def test_bad_check_inputs_are_named(inputs: dict, words: str) -> None:
         "check_fraction_of_median": 0.5,
         "check_message_sizes": [65536, 1048576],
         "check_min_free_gib": 10,
+        "check_shared_write_mib": 64,
     }
     assert ch.check_input_problems(good) == []
     (problem,) = ch.check_input_problems({**good, **inputs})

@@ -24,6 +24,8 @@ GOOD = {
     "nodes": ["node0", "node1"],
     "hosts": ["node1", "node0"],
     "train_result_files": ["metrics.json", "*.pt", "logs/**"],
+    "train_output_copies": "1",
+    "train_shared_dir": "auto",
 }
 BAD = {
     "job_id": ("bad id!", "job_id must be 1 to 64 letters"),
@@ -35,6 +37,8 @@ BAD = {
     "train_user": ("root", "train_user (root) must be ssh_trust_user (ml)"),
     "hosts": (["node0", "node2"], "node2 not in train_nodes (node0, node1)"),
     "train_result_files": (["*.pt", "../secrets"], "must be relative to the output folder"),
+    "train_output_copies": ("0", "train_output_copies must be a whole number, 1 or more"),
+    "train_shared_dir": ("shared", "train_shared_dir must be auto, empty, or an absolute path"),
 }  # fmt: skip
 
 
@@ -50,6 +54,11 @@ def test_each_bad_input_is_named_alone(name: str) -> None:
     assert words in problems[0]
     others = [other for other in BAD if other != name]
     assert not any(other in problems[0] for other in others)
+
+
+@pytest.mark.parametrize("shared", ["auto", "", "/lustre/jobs"])
+def test_the_shared_folder_is_auto_none_or_a_path(shared: str) -> None:
+    assert tj.input_problems({**GOOD, "train_shared_dir": shared}) == []
 
 
 def test_an_empty_job_id_is_one_to_be_made_up() -> None:

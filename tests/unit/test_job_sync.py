@@ -1,0 +1,108 @@
+"""Keeping output folders in step without a shared filesystem (plugins/module_utils/job_sync.py):
+which copy wins, who sends to whom, and what rsync says it moved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import job_sync as js
+import pytest
+
+ORDER = ["node0", "node1", "node2"]
+
+
+def test_the_newest_copy_of_each_file_is_fetched_to_the_master() -> None:
+    listings = {
+        "node0": {"snapshot.pt": [100, 50], "log.txt": [5, 10]},
+        "node1": {"snapshot.pt": [100, 70], "extra.txt": [1, 1]},
+        "node2": {"snapshot.pt": [100, 60], "log.txt": [5, 10]},
+    }
+    assert js.newest_copies(listings, ORDER) == {"node1": ["extra.txt", "snapshot.pt"]}
+
+
+def test_a_master_that_lost_its_folder_gets_every_file_back() -> None:
+    listings = {"node0": {}, "node1": {"snapshot.pt": [9, 5]}, "node2": {"snapshot.pt": [9, 5]}}
+    # Equal copies: the first in rank order sends it.
+    assert js.newest_copies(listings, ORDER) == {"node1": ["snapshot.pt"]}
+
+
+def test_nothing_is_fetched_when_the_master_holds_the_newest_copies() -> None:
+    listings = {"node0": {"a": [1, 9]}, "node1": {"a": [1, 9]}, "node2": {"a": [2, 3]}}
+    assert js.newest_copies(listings, ORDER) == {}
+
+
+def test_after_gathering_the_master_holds_the_fetched_versions() -> None:
+    listings = {"node0": {"a": [1, 1], "b": [1, 1]}, "node1": {"a": [2, 2]}}
+    assert js.after_gathering(listings, "node0", {"node1": ["a"]}) == {"a": [2, 2], "b": [1, 1]}
+
+
+@pytest.mark.parametrize(
+    ("listing", "needs"),
+    [
+        ({"a": [1, 1], "b": [2, 2]}, False),
+        ({"a": [1, 1]}, True),
+        ({"a": [1, 1], "b": [2, 3]}, True),
+    ],
+)
+def test_a_node_needs_the_files_it_lacks_or_holds_in_another_version(
+    listing: dict, needs: bool
+) -> None:
+    assert js.lacking(listing, {"a": [1, 1], "b": [2, 2]}) is needs
+
+
+@pytest.mark.parametrize(
+    ("targets", "rounds"),
+    [
+        (1, [[("m", "t1")]]),
+        (3, [[("m", "t1")], [("m", "t2"), ("t1", "t3")]]),
+        (
+            7,
+            [
+                [("m", "t1")],
+                [("m", "t2"), ("t1", "t3")],
+                [("m", "t4"), ("t1", "t5"), ("t2", "t6"), ("t3", "t7")],
+            ],
+        ),
+    ],
+)
+def test_the_nodes_that_have_the_files_double_each_round(targets: int, rounds: list) -> None:
+    assert js.fanout_rounds("m", [f"t{i}" for i in range(1, targets + 1)]) == rounds
+
+
+def test_fifty_nodes_take_six_rounds_and_the_master_sends_six_copies() -> None:
+    rounds = js.fanout_rounds("node0", [f"node{i}" for i in range(1, 50)])
+    assert len(rounds) == 6
+    assert sum(sender == "node0" for pairs in rounds for sender, _ in pairs) == 6
+    receivers = [receiver for pairs in rounds for _, receiver in pairs]
+    assert sorted(receivers) == sorted(f"node{i}" for i in range(1, 50))
+
+
+def test_rsync_stats_are_read_from_rsyncs_own_summary() -> None:
+    text = (Path(__file__).parent / "data" / "rsync-stats-3.2.7.txt").read_text()
+    assert js.rsync_stats(text) == {"files": 1, "sent": 3_000_841, "received": 38}
+    assert js.rsync_stats("") == {"files": 0, "sent": 0, "received": 0}
+
+
+def test_the_listing_script_lists_regular_files_with_size_and_time(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.pt").write_bytes(b"12345")
+    (tmp_path / "link").symlink_to(tmp_path / "sub" / "a.pt")
+    done = subprocess.run(
+        [sys.executable, "-c", js.LIST_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    listing = json.loads(done.stdout)
+    assert list(listing) == ["sub/a.pt"]
+    assert listing["sub/a.pt"] == [5, (tmp_path / "sub" / "a.pt").stat().st_mtime_ns]
+    missing = subprocess.run(
+        [sys.executable, "-c", js.LIST_SCRIPT, str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(missing.stdout) == {}

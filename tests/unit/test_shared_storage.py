@@ -1,0 +1,173 @@
+"""The shared folder's logic (plugins/module_utils/shared_storage.py): the mount table as the
+sandbox's nodes wrote it, mount point refusals, the server in a source, the proof's verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import shared_storage as ss
+
+MOUNTS = Path(__file__).parent / "data" / "mounts"
+SSHFS_SOURCE = "root@10.89.0.2:/srv/torch-cluster/shared"
+
+
+@pytest.mark.parametrize(
+    ("source", "host"),
+    [
+        ("nfs1.example.com:/export/jobs", "nfs1.example.com"),
+        ("10.0.0.5:/", "10.0.0.5"),
+        ("torch@10.89.0.2:/srv/x", "10.89.0.2"),
+        ("[fd00::1]:/export", "fd00::1"),
+        ("torch@[fd00::1]:/export", "fd00::1"),
+        ("mon1,mon2,mon3:/jobs", "mon1"),
+        ("mon1:6789,mon2:6789:/", "mon1"),
+        ("10.0.0.1@tcp:/lustre", "10.0.0.1"),
+        ("mgs@o2ib1:/scratch", "mgs"),
+        ("gluster1:/volume", "gluster1"),
+        ("/dev/sdb1", ""),
+        ("tmpfs", ""),
+    ],
+)
+def test_the_server_is_found_in_a_mount_source(source: str, host: str) -> None:
+    assert ss.source_host(source) == host
+
+
+def test_the_mount_table_of_an_sshfs_client_names_the_export() -> None:
+    mounts = ss.parse_mountinfo((MOUNTS / "mountinfo-sshfs-client").read_text())
+    shared = ss.mount_of("/shared/jobs/x/output", mounts)
+    assert (shared["mount_point"], shared["fstype"], shared["source"]) == (
+        "/shared",
+        "fuse.sshfs",
+        SSHFS_SOURCE,
+    )
+    # A folder elsewhere is on the container's root filesystem.
+    assert ss.mount_of("/var/lib/torch-cluster", mounts)["mount_point"] == "/"
+    # /shared2 is not under /shared.
+    assert ss.mount_of("/shared2", mounts)["mount_point"] == "/"
+
+
+def test_a_bind_mount_shows_the_folder_it_mounts() -> None:
+    mounts = ss.parse_mountinfo((MOUNTS / "mountinfo-bind-server").read_text())
+    shared = ss.mount_of("/shared", mounts)
+    assert shared["root"] == "/srv/torch-cluster/shared"
+    assert ss.describe_mount(shared) == "overlay overlay[/srv/torch-cluster/shared] at /shared"
+
+
+def test_escaped_paths_are_read_back() -> None:
+    line = r"40 1 0:5 / /mnt/my\040jobs rw - nfs4 srv:/a\040b rw"
+    (mount,) = ss.parse_mountinfo(line)
+    assert (mount["mount_point"], mount["source"]) == ("/mnt/my jobs", "srv:/a b")
+    assert ss.fstab_entry("/mnt/my jobs", r"srv:/a\040b /mnt/my\040jobs nfs4 _netdev 0 0") == {
+        "source": "srv:/a b",
+        "fstype": "nfs4",
+        "options": "_netdev",
+    }
+
+
+def test_the_fstab_line_of_the_mount_point_is_found() -> None:
+    text = (MOUNTS / "fstab-sshfs-client").read_text()
+    assert ss.fstab_entry("/shared/", text)["source"] == SSHFS_SOURCE
+    assert ss.fstab_entry("/other", text) == {}
+
+
+MOUNTED = {"mount_point": "/shared", "fstype": "fuse.sshfs", "source": SSHFS_SOURCE, "root": "/"}
+ROOT = {"mount_point": "/", "fstype": "overlay", "source": "overlay", "root": "/"}
+OURS = {"source": SSHFS_SOURCE, "fstype": "fuse.sshfs", "options": "_netdev"}
+
+
+@pytest.mark.parametrize(
+    ("fstab", "mount", "entries", "problem"),
+    [
+        ({}, ROOT, None, ""),  # nothing there yet
+        ({}, ROOT, [], ""),  # an empty folder
+        (OURS, MOUNTED, ["jobs"], ""),  # mounted by an earlier run: its files are the share's
+        ({}, ROOT, ["data", "notes.txt"], "holds 2 file(s) (data, notes.txt) that the mount"),
+        ({}, MOUNTED, [], "is a mount point already (fuse.sshfs root@10.89.0.2"),
+        ({**OURS, "source": "old:/x"}, ROOT, [], "/etc/fstab mounts old:/x (fuse.sshfs) at"),
+    ],
+)
+def test_a_mount_point_that_would_hide_files_or_is_taken_is_refused(
+    fstab: dict, mount: dict, entries: list[str] | None, problem: str
+) -> None:
+    found = ss.mount_point_problem(
+        "/shared", expected_source=SSHFS_SOURCE, fstab=fstab, mount=mount, entries=entries
+    )
+    assert (problem in found) if problem else found == ""
+
+
+def test_many_hidden_files_are_counted_and_a_few_named() -> None:
+    found = ss.mount_point_problem(
+        "/shared", expected_source="a:/b", fstab={}, mount=ROOT, entries=[f"f{i}" for i in range(9)]
+    )
+    assert "holds 9 file(s) (f0, f1, f2, f3, f4, ...)" in found
+
+
+def test_auto_reads_the_roles_fact(tmp_path: Path) -> None:
+    fact = tmp_path / "shared_storage.fact"
+    assert ss.resolve_shared_dir("auto", str(fact)) == ""
+    fact.write_text('{"path": "/shared", "type": "nfs"}')
+    assert ss.resolve_shared_dir("auto", str(fact)) == "/shared"
+    assert ss.resolve_shared_dir("", str(fact)) == ""
+    assert ss.resolve_shared_dir("/lustre/jobs", str(fact)) == "/lustre/jobs"
+
+
+# --- The proof's verdict ------------------------------------------------------------------
+NODES = ["node0", "node1", "node2"]
+LOCAL = {"mount_point": "/", "fstype": "ext4", "source": "/dev/sda1", "root": "/"}
+
+
+def wrote(mount: dict = MOUNTED, ok: bool = True, error: str = "") -> dict:
+    return {"ok": ok, "error": error, "mount": mount}
+
+
+def saw(*names: str) -> dict:
+    return {"seen": list(names), "error": ""}
+
+
+def test_a_folder_every_node_shares_passes() -> None:
+    writes = {name: wrote() for name in NODES}
+    reads = {name: saw(*NODES) for name in NODES}
+    assert ss.proof_problems(NODES, "/shared", writes, reads) == []
+
+
+def test_a_node_whose_mount_is_missing_is_named_with_what_it_sees() -> None:
+    writes = {"node0": wrote(), "node1": wrote(LOCAL), "node2": wrote()}
+    reads = {"node0": saw("node0", "node2"), "node1": saw("node1"), "node2": saw("node0", "node2")}
+    (problem,) = ss.proof_problems(NODES, "/shared", writes, reads)
+    assert problem["node"] == "node1"
+    assert (
+        "sees another filesystem at /shared: not the files that node0, node2 wrote"
+        in (problem["problem"])
+    )
+    assert "its /shared is on ext4 /dev/sda1 at /" in problem["problem"]
+    assert f"theirs on fuse.sshfs {SSHFS_SOURCE} at /shared" in problem["problem"]
+
+
+def test_on_a_tie_the_masters_view_is_the_shared_folder() -> None:
+    nodes = ["node0", "node1"]
+    writes = {"node0": wrote(LOCAL), "node1": wrote()}
+    reads = {"node0": saw("node0"), "node1": saw("node1")}
+    problems = ss.proof_problems(nodes, "/shared", writes, reads)
+    # Neither sees the other's file: no two nodes share it, and both are named.
+    assert [p["node"] for p in problems] == nodes
+    assert all("no two nodes share it" in p["problem"] for p in problems)
+
+
+def test_a_node_that_cannot_write_or_did_not_answer_is_named() -> None:
+    writes = {"node0": wrote(), "node1": wrote(ok=False, error="[Errno 13] Permission denied")}
+    reads = {"node0": saw("node0"), "node1": saw("node0")}
+    problems = ss.proof_problems(NODES, "/shared", writes, reads)
+    assert problems == [
+        {"node": "node1", "problem": "cannot write to /shared: [Errno 13] Permission denied"},
+        {"node": "node2", "problem": "did not answer"},
+    ]
+
+
+def test_a_file_the_others_cannot_read_back_is_named() -> None:
+    writes = {name: wrote() for name in NODES}
+    # node2 wrote, but nobody (node2 included) read its file back: a write that never landed.
+    reads = {name: saw("node0", "node1") for name in NODES}
+    assert ss.proof_problems(NODES, "/shared", writes, reads) == [
+        {"node": "node2", "problem": "its file in /shared was not seen by the other nodes"}
+    ]
