@@ -304,7 +304,7 @@ def build_state(cfg: Config, ctx: Dist) -> TrainState:
 
 
 def load_checkpoint(cfg: Config, ctx: Dist) -> dict[str, Any] | None:
-    """Rank 0's checkpoint, sent to every rank: other nodes have no copy of the file."""
+    """Rank 0's checkpoint, read once and sent to every rank, whatever storage they share."""
     path = cfg.output_dir / CHECKPOINT
     box = [None]
     if ctx.rank == 0 and path.is_file():

@@ -169,9 +169,10 @@ def proof_problems(
 
     writes[node]: {"ok": bool, "error": str, "mount": {...}}; reads[node]: {"seen": [the nodes
     whose file it read back], "error": str}. A node missing from either did not answer. The nodes
-    that see the same files form a view; the largest view (the master's on a tie) is the shared
-    folder, and every node outside it sees another filesystem (a mount that is missing, or
-    another export)."""
+    that see the same files form a view; the largest view is the shared folder (on a tie, the
+    one whose nodes have the folder on a mount of its own, not on their root filesystem; then
+    the master's), and every node outside it sees another filesystem (a mount that is missing,
+    or another export). When nothing breaks the tie of single nodes, none shares it."""
     problems: dict[str, str] = {}
     seen: dict[str, frozenset[str]] = {}
     for name in nodes:
@@ -191,10 +192,19 @@ def proof_problems(
     def where(name: str) -> str:
         return describe_mount(writes[name].get("mount") or {})  # type: ignore[arg-type]
 
+    def mounted(name: str) -> bool:  # the folder is on a mount of its own, not the root's
+        return (writes[name].get("mount") or {}).get("mount_point", "/") != "/"  # type: ignore[union-attr]
+
+    def weight(members: list[str]) -> tuple[int, int]:
+        return len(members), sum(mounted(name) for name in members)
+
     if views:
         order = {name: index for index, name in enumerate(nodes)}
-        shared, members = min(views.items(), key=lambda view: (-len(view[1]), order[view[1][0]]))
-        if len(members) < 2 and len(seen) > 1:
+        shared, members = min(
+            views.items(), key=lambda view: (*(-n for n in weight(view[1])), order[view[1][0]])
+        )
+        tied = sum(weight(others) == weight(members) for others in views.values()) > 1
+        if len(members) < 2 and len(seen) > 1 and tied:
             for name in seen:
                 problems[name] = (
                     f"sees only its own file in {path}: no two nodes share it (its {path} is on "

@@ -144,14 +144,24 @@ def test_a_node_whose_mount_is_missing_is_named_with_what_it_sees() -> None:
     assert f"theirs on fuse.sshfs {SSHFS_SOURCE} at /shared" in problem["problem"]
 
 
-def test_on_a_tie_the_masters_view_is_the_shared_folder() -> None:
+def test_of_two_nodes_the_one_without_the_mount_is_named() -> None:
     nodes = ["node0", "node1"]
-    writes = {"node0": wrote(LOCAL), "node1": wrote()}
+    writes = {"node0": wrote(), "node1": wrote(LOCAL)}
     reads = {"node0": saw("node0"), "node1": saw("node1")}
-    problems = ss.proof_problems(nodes, "/shared", writes, reads)
-    # Neither sees the other's file: no two nodes share it, and both are named.
+    (problem,) = ss.proof_problems(nodes, "/shared", writes, reads)
+    assert problem["node"] == "node1"
+    assert "sees another filesystem at /shared" in problem["problem"]
+
+
+def test_when_nothing_tells_the_nodes_apart_none_shares_the_folder() -> None:
+    nodes = ["node0", "node1"]
+    writes = {"node0": wrote(LOCAL), "node1": wrote(LOCAL)}
+    reads = {"node0": saw("node0"), "node1": saw("node1")}
+    problems = ss.proof_problems(nodes, "/tmp", writes, reads)
     assert [p["node"] for p in problems] == nodes
-    assert all("no two nodes share it" in p["problem"] for p in problems)
+    assert all(
+        "sees only its own file in /tmp: no two nodes share it" in p["problem"] for p in problems
+    )
 
 
 def test_a_node_that_cannot_write_or_did_not_answer_is_named() -> None:

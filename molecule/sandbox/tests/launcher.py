@@ -114,12 +114,19 @@ class Running:
             self.process.communicate()
 
 
+# The sandbox's shared folder (inventory/sandbox: served by node0, at the shared_storage
+# role's default mount point): train.yml runs jobs there unless train_shared_dir says otherwise.
+SHARED_DIR = "/shared"
+
+
 @dataclass(frozen=True)
 class Job:
-    """A job's traces on the nodes (the train role's layout)."""
+    """A job's traces on the nodes (the train role's layout). shared: the job's shared folder
+    ("" for a job run with train_shared_dir: "")."""
 
     job_id: str
     base_dir: str = "/var/lib/torch-cluster"
+    shared: str = SHARED_DIR
 
     @property
     def unit(self) -> str:
@@ -131,7 +138,10 @@ class Job:
 
     @property
     def output(self) -> str:
-        return f"{self.folder}/output"
+        """The output folder: on the shared folder, else in each node's job folder."""
+        return (
+            f"{self.shared}/jobs/{self.job_id}/output" if self.shared else f"{self.folder}/output"
+        )
 
     def log(self, node: Node) -> str:
         return node.host.run(f"cat {self.folder}/node.log").stdout

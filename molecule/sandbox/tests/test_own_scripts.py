@@ -1,7 +1,8 @@
 """train.yml with scripts as their authors wrote them, not the example trainer.
 
-- train/examples/snapshot_ddp.py, in the style of PyTorch's DDP tutorial series: a snapshot in
-  the current folder, resumed when present, progress printed in its own format;
+- train/examples/snapshot_ddp.py, in the style of PyTorch's DDP tutorial series: global rank 0
+  saves a snapshot in the current folder, every rank resumes from it when present, progress
+  printed in its own format; with the shared folder and without one;
 - scripts/raise_on_rank.py, which raises on one rank; scripts/print_env.py, which writes down
   the environment it was given.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from pathlib import Path
 
-from launcher import PROJECT_DIR, Job, Playbook, assert_script_environments, job_vars
+import pytest
+from launcher import PROJECT_DIR, SHARED_DIR, Job, Playbook, assert_script_environments, job_vars
 from sandbox_nodes import Node
 
 EXAMPLES = PROJECT_DIR / "train" / "examples"
@@ -33,10 +36,16 @@ def own_script(job: Job, code: Path, script: str, args: list[str], **extra: obje
     )
 
 
-def test_a_tutorial_script_continues_from_its_own_snapshot_after_stop_yml(
-    playbook: Playbook, job: Job, members: list[Node]
+@pytest.mark.parametrize("shared", [SHARED_DIR, ""], ids=["shared folder", "no shared folder"])
+def test_a_tutorial_script_resumes_on_every_rank_from_rank_0s_snapshot_after_stop_yml(
+    playbook: Playbook, members: list[Node], shared: str
 ) -> None:
-    first = own_script(job, EXAMPLES, "snapshot_ddp.py", ["40", "1", *TUTORIAL_ARGS])
+    """Global rank 0 alone saves snapshot.pt in its current folder; every rank of every node
+    loads it at start. With a shared folder they all see rank 0's file; without one, the
+    launcher copies it to the other nodes (after the attempt, and before the next)."""
+    job = Job(f"test-{secrets.token_hex(4)}", shared=shared)
+    where = {"nproc": 2, "train_shared_dir": "auto" if shared else ""}
+    first = own_script(job, EXAMPLES, "snapshot_ddp.py", ["40", "1", *TUTORIAL_ARGS], **where)
     running = playbook.start("train.yml", first)
     try:
         job.wait_for_log(members[0], SAVED.pattern)
@@ -51,18 +60,35 @@ def test_a_tutorial_script_continues_from_its_own_snapshot_after_stop_yml(
     shown = re.findall(rf"^job {job.job_id} \[[0-9:]+\] (.*)$", outcome.output, flags=re.M)
     assert any(re.match(r"(\[GPU0\] )?Epoch \d+ \|", line) for line in shown), shown
     saved = int(SAVED.findall(job.log(members[0]))[-1])
-
-    again = own_script(job, EXAMPLES, "snapshot_ddp.py", [str(saved + 2), "1", *TUTORIAL_ARGS])
-    resumed = playbook.run("train.yml", again)
-    assert resumed.rc == 0, resumed.output
-    second_run = job.log(members[0]).split("attempt 1,")[-1]
-    resumed_at = int(re.search(r"Resuming training from snapshot at Epoch (\d+)", second_run)[1])
-    assert resumed_at >= saved
-    assert f"[rank0]: [GPU0] Epoch {resumed_at} |" in second_run
-    assert "[rank0]: [GPU0] Epoch 0 |" not in second_run
-    assert f"[rank0]: Epoch {saved + 2} | Training snapshot saved" in second_run
+    # Only global rank 0 saved it, on node0; every node has it now.
+    assert not re.search(
+        r"^\[rank[1-9]\d*\]: Epoch \d+ \| Training snapshot", job.log(members[1]), re.M
+    )
     for node in members:
         assert node.host.file(f"{job.output}/snapshot.pt").exists, f"no snapshot on {node}"
+
+    again = own_script(
+        job, EXAMPLES, "snapshot_ddp.py", [str(saved + 2), "1", *TUTORIAL_ARGS], **where
+    )
+    resumed = playbook.run("train.yml", again)
+    assert resumed.rc == 0, resumed.output
+    second_runs = [job.log(node).split("attempt 1,")[-1] for node in members]
+    resumed_at = {
+        int(rank): int(epoch)
+        for run in second_runs
+        for rank, epoch in re.findall(
+            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", run, re.M
+        )
+    }
+    # Every rank of every node, from the same snapshot: at least the one seen saved.
+    assert sorted(resumed_at) == list(range(2 * len(members))), resumed_at
+    epoch = resumed_at[0]
+    assert set(resumed_at.values()) == {epoch}, resumed_at
+    assert epoch >= saved
+    for index, run in enumerate(second_runs):  # two ranks a node: node i's first is rank 2i
+        assert f"[rank{2 * index}]: [GPU{2 * index}] Epoch {epoch} |" in run
+        assert not re.search(r"\[GPU\d\] Epoch 0 \|", run)
+    assert f"[rank0]: Epoch {saved + 2} | Training snapshot saved" in second_runs[0]
 
 
 def test_the_rank_that_raised_is_named_first_with_its_exception(

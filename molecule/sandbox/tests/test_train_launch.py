@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from pathlib import Path
 
@@ -39,20 +40,25 @@ def test_results_and_every_nodes_log_reach_the_controller(
     assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_heterogeneous_nodes_train_as_world_size_3_with_the_checkpoint_on_node0_only(
-    playbook: Playbook, job: Job, members: list[Node], tmp_path: Path
+def test_heterogeneous_nodes_train_as_world_size_3_and_node0s_checkpoint_is_copied_to_node1(
+    playbook: Playbook, members: list[Node], tmp_path: Path
 ) -> None:
     # The guide's 4 + 2 GPUs, scaled to the sandbox: nproc per host, from host variables.
     layout = {members[0].name: 2, members[1].name: 1}
     overlay = tmp_path / "nproc.yml"
     hosts = {name: {"nproc": nproc} for name, nproc in layout.items()}
     overlay.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "2"), inventories=(overlay,))
+    # Without a shared folder: rank 0 saves on node0, and the launcher keeps a copy on node1.
+    job = Job(f"test-{secrets.token_hex(4)}", shared="")
+    extra = job_vars(job, "--epochs", "2", train_shared_dir="")
+    outcome = playbook.run("train.yml", extra, inventories=(overlay,))
     assert outcome.rc == 0, outcome.output
     assert metrics(playbook, job)["world_size"] == 3
     checkpoint = f"{job.output}/checkpoint.pt"
-    assert members[0].host.file(checkpoint).exists
-    assert not any(node.host.file(checkpoint).exists for node in members[1:])
+    saved, copy = (node.host.file(checkpoint) for node in members[:2])
+    assert saved.exists
+    assert copy.exists
+    assert saved.sha256sum == copy.sha256sum
 
 
 def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere(

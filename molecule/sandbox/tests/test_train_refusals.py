@@ -42,6 +42,7 @@ def assert_refused_before_anything_started(
     for node in members:
         assert not job.unit_exists(node), f"{job.unit} was started on {node}"
         assert not node.host.file(job.folder).exists, f"{job.folder} was made on {node}"
+        assert not node.host.file(job.output).exists, f"{job.output} was made on {node}"
 
 
 @pytest.mark.parametrize("nproc", [0, -1, "two", 1.5])
