@@ -66,7 +66,20 @@ def test_a_healthy_cluster_passes_with_every_section_measured(
         f"{a} -> {b}" for a in names for b in names if a != b
     }
     assert (tmp_path / "baseline.json").exists()
-    assert "## Connections" in next((tmp_path / "runs").glob("check-*/report.md")).read_text()
+    markdown = next((tmp_path / "runs").glob("check-*/report.md")).read_text()
+    assert "## Connections" in markdown
+    # The shared folder: every node wrote there and read every node's file; figures per node.
+    shared = report["shared"]
+    assert shared["path"] == "/shared"
+    assert shared["problems"] == []
+    assert set(shared["writes"]) == set(names)
+    for wrote in shared["writes"].values():
+        assert wrote["ok"], wrote
+        assert wrote["free_gib"] > 0
+        assert wrote["write_mb_s"] > 0
+        assert wrote["mount"]["mount_point"] == "/shared"
+    assert "## Shared folder" in markdown
+    assert f"  {names[1]}: fuse.sshfs root@{members[0].address}:" in outcome.output
 
 
 def test_a_slow_node_is_named_from_the_pairwise_bandwidth(
@@ -74,7 +87,8 @@ def test_a_slow_node_is_named_from_the_pairwise_bandwidth(
 ) -> None:
     victim = members[-1]
     with victim.throttled():
-        outcome, report = check(playbook, tmp_path)
+        # The shared folder's write measurement would take half a minute through the throttle.
+        outcome, report = check(playbook, tmp_path, check_shared_write_mib=0)
     assert outcome.rc != 0
     assert f"{victim}: sends slowly to every peer" in outcome.output
     assert report["failures"][0]["subject"] == victim.name
