@@ -15,7 +15,7 @@ export SANDBOX_NODES
 
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg
 
-.PHONY: help setup apt venv wheelhouse data nccl-mirror collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch clean
+.PHONY: help setup apt venv wheelhouse data nccl-mirror collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -96,6 +96,9 @@ bench-train: setup ## Trainer against the guide's pipeline: samples/s and accura
 
 bench-launch: ## On a running sandbox: train.yml's launch overhead against torchrun by hand, and teardown after a fault
 	$(BIN)/python sandbox/bench/launch.py
+
+bench-sync: ## On a running sandbox: what keeping output folders in step costs without a shared folder (100 MB, 1 GB)
+	$(BIN)/python sandbox/bench/sync.py
 
 clean: sandbox-down ## Remove the sandbox, .venv and caches
 	rm -rf $(VENV) .cache

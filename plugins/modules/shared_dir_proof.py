@@ -17,35 +17,32 @@ try:
         PROOF_FOLDER,
         mount_of,
         parse_mountinfo,
-        proof_problems,
     )
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
         PROOF_FOLDER,
         mount_of,
         parse_mountinfo,
-        proof_problems,
     )
 
 DOCUMENTATION = r"""
 module: shared_dir_proof
 short_description: Prove that a folder is shared by every node, and measure it
 description:
-  - One proof is four steps, each run with the same I(path) and I(token).
+  - One proof is four steps, the first two and the last run with the same I(path) and I(token).
   - C(phase=write), on every node, writes a file named after the node into
     C(PATH/.torch-cluster-proof/TOKEN/), and reports the mount that holds I(path), its free
     space, and (with I(write_mib)) how fast a file of that size is written and flushed to it.
     Proof folders older than a day, left by an interrupted proof, are removed.
   - C(phase=read), on every node, reads back every node's file, waiting up to I(wait) seconds
     for one that is not there yet.
-  - C(phase=judge), on the controller, names each node that could not write, could not read,
-    or saw other files than the rest (a missing mount: a local folder in its place).
+  - Then the shared_dir_verdict action judges, on the controller, what every node reported.
   - C(phase=remove), on one node, removes the proof's folder.
 options:
   phase:
     description: The step.
     type: str
-    choices: [write, read, judge, remove]
+    choices: [write, read, remove]
     required: true
   path:
     description: The folder that must be shared.
@@ -60,7 +57,7 @@ options:
     type: str
     default: ""
   nodes:
-    description: Every node's name, in rank order (read, judge).
+    description: Every node's name, in rank order (read).
     type: list
     elements: str
     default: []
@@ -72,14 +69,6 @@ options:
     description: With C(phase=read), seconds to wait for a file that is not there yet.
     type: float
     default: 5
-  writes:
-    description: With C(phase=judge), each node's result of the write step, by name.
-    type: dict
-    default: {}
-  reads:
-    description: With C(phase=judge), each node's result of the read step, by name.
-    type: dict
-    default: {}
 """
 
 RETURN = r"""
@@ -107,10 +96,6 @@ seen:
   description: (read) The nodes whose file this node read back.
   type: list
   returned: when phase is read
-problems:
-  description: (judge) [{node, problem}] for each node that failed the proof.
-  type: list
-  returned: when phase is judge
 """
 
 MIB = 1 << 20
@@ -207,7 +192,7 @@ def main() -> None:
             "phase": {
                 "type": "str",
                 "required": True,
-                "choices": ["write", "read", "judge", "remove"],
+                "choices": ["write", "read", "remove"],
             },
             "path": {"type": "path", "required": True},
             "token": {"type": "str", "required": True},
@@ -215,8 +200,6 @@ def main() -> None:
             "nodes": {"type": "list", "elements": "str", "default": []},
             "write_mib": {"type": "int", "default": 0},
             "wait": {"type": "float", "default": 5},
-            "writes": {"type": "dict", "default": {}},
-            "reads": {"type": "dict", "default": {}},
         },
         supports_check_mode=False,
     )
@@ -227,12 +210,6 @@ def main() -> None:
         module.exit_json(changed=True, **write(p))
     if p["phase"] == "read":
         module.exit_json(changed=False, **read_back(p))
-    if p["phase"] == "judge":
-        # A node Ansible could not reach has a result without the module's keys.
-        writes = {name: r for name, r in p["writes"].items() if "ok" in r}
-        reads = {name: r for name, r in p["reads"].items() if "seen" in r}
-        problems = proof_problems(p["nodes"], p["path"], writes, reads)
-        module.exit_json(changed=False, problems=problems)
     shutil.rmtree(proof_dir(p["path"], p["token"]), ignore_errors=True)
     with contextlib.suppress(OSError):  # the proofs' folder too, once no proof is under way
         os.rmdir(os.path.join(p["path"], PROOF_FOLDER))
