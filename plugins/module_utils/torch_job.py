@@ -301,15 +301,39 @@ def scan_log(
     return LogScan(progress, last, offset)
 
 
+def last_lines(text: str, lines: int) -> str:
+    """The last lines the workers wrote in a log's text (torchrun's own lines left out), or its
+    last lines when no worker wrote any (torchrun failed before it started them)."""
+    everything = text.splitlines()
+    workers = [line for line in everything if rank_line(line)]
+    return "\n".join((workers or everything)[-lines:]) + "\n" if everything else ""
+
+
+def merge_tails(watched: Mapping[str, str], stopped: Mapping[str, str]) -> dict[str, str]:
+    """Each failed node's last lines: those its stop read from this attempt's part of its log
+    (complete: torchrun had ended), else those the watcher read when it saw the node fail (a
+    node that no longer answered the stop). The first failure, told by the ranks' own failure
+    times, can be a node whose unit the watcher still saw running."""
+    return {**watched, **{name: text for name, text in stopped.items() if text}}
+
+
 # --- Failures: which rank failed first, and what followed --------------------------
 # The launcher runs the script through this wrapper (written beside the job's log), so that
 # an uncaught exception leaves torchrun an error file (torch's own `record`): torchrun then
 # prints the exception's traceback in its summary, rank by rank. The script itself runs
-# unchanged, as `python script.py ARGS` would run it.
+# unchanged, as `python script.py ARGS` would run it. Once it has returned, the wrapper ends
+# the process the way Python's shutdown starts it (the script's other threads joined, its
+# atexit handlers run, its output flushed), then leaves without the native libraries'
+# teardown: with gloo (torch 2.14) that teardown now and then aborts a process whose work is
+# done, after destroy_process_group ("terminate called without an active exception", seen in
+# 2 of about 100 jobs here), and torchrun would report a finished job as failed.
+# multiprocessing's children end the same way (os._exit after their target returns).
 RECORD_WRAPPER = '''"""Run a training script under torch's error recording (torch-cluster)."""
+import atexit
 import os
 import runpy
 import sys
+import threading
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -322,8 +346,21 @@ def main() -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def finish() -> None:
+    """End a process whose script has returned, as Python's shutdown would, without the
+    native libraries' teardown."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    finish()
 '''
 
 # Failures that follow another rank's: its peers lose their connections, and torchrun stops

@@ -16,6 +16,7 @@ try:
         RUNNING,
         STOPPED,
         UNIT_PROPERTIES,
+        last_lines,
         parse_properties,
         parse_torchrun_failures,
         tree_digest,
@@ -33,6 +34,7 @@ except ImportError:
         RUNNING,
         STOPPED,
         UNIT_PROPERTIES,
+        last_lines,
         parse_properties,
         parse_torchrun_failures,
         tree_digest,
@@ -135,6 +137,10 @@ options:
     description: This node's inventory hostname, for the failures returned.
     type: str
     default: ""
+  tail_lines:
+    description: With I(state=absent) and I(log_start), how many of the log's last lines to return.
+    type: int
+    default: 30
   header:
     description: A line appended to the log before the start, to tell runs and attempts apart.
     type: str
@@ -181,6 +187,10 @@ port_users:
 failures:
   description: The failed workers torchrun reported in this attempt's part of the log.
   type: list
+  returned: when state is absent
+tail:
+  description: The last lines the workers wrote in this attempt's part of the log.
+  type: str
   returned: when state is absent
 results:
   description: The files of I(output_dir) that match I(results), relative to it.
@@ -342,10 +352,11 @@ def stop(module: AnsibleModule) -> None:
     leftovers = [] if module.check_mode else job_processes(params["job_id"])
     port_users = port_listeners(params["port"]) if params["port"] else []
     results = matching_files(params["output_dir"], params["results"]) if params["results"] else []
-    failures = []
+    failures, tail = [], ""
     if params["log_start"] >= 0 and params["log"]:
         summary = read_tail(params["log"], params["log_start"])
         failures = [f.as_dict() for f in parse_torchrun_failures(summary, params["node_name"])]
+        tail = last_lines(summary, params["tail_lines"])
     module.exit_json(
         changed=changed,
         was=was.as_dict(),
@@ -353,6 +364,7 @@ def stop(module: AnsibleModule) -> None:
         leftovers=leftovers,
         port_users=port_users,
         failures=failures,
+        tail=tail,
         results=results,
         rsync_filters=rsync_filters(results),
     )
@@ -384,6 +396,7 @@ def main() -> None:
             "results": {"type": "list", "elements": "str", "default": []},
             "output_dir": {"type": "path"},
             "header": {"type": "str", "default": ""},
+            "tail_lines": {"type": "int", "default": 30},
             "remove": {"type": "list", "elements": "path", "default": []},
             "port": {"type": "int", "default": 0},
             "requires_mounts": {"type": "list", "elements": "path", "default": []},

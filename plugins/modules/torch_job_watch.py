@@ -20,9 +20,9 @@ try:
         UNREACHABLE,
         NodeState,
         first_failure,
+        last_lines,
         parse_properties,
         progress_matcher,
-        rank_line,
         scan_log,
         ssh_argv,
         unit_state,
@@ -41,9 +41,9 @@ except ImportError:
         UNREACHABLE,
         NodeState,
         first_failure,
+        last_lines,
         parse_properties,
         progress_matcher,
-        rank_line,
         scan_log,
         ssh_argv,
         unit_state,
@@ -195,9 +195,7 @@ def tail(address: str | None, log: str, lines: int) -> str:
         return "(the node did not answer)"
     if done.returncode != 0:
         return f"(no log: {done.stderr.strip()})"
-    everything = done.stdout.splitlines()
-    workers = [line for line in everything if rank_line(line)]
-    return "\n".join((workers or everything)[-lines:]) + "\n"
+    return last_lines(done.stdout, lines)
 
 
 def slurm_poller(params: dict, addresses: dict[str, str | None], names: list[str]):

@@ -100,3 +100,23 @@ def test_the_traceback_shown_leaves_out_the_launchers_wrapper() -> None:
         "    raise ValueError(boom)",
         "ValueError: boom",
     ]
+
+
+def test_a_nodes_last_lines_are_its_workers_or_else_torchruns() -> None:
+    log = "=== header ===\n[rank1]: loading\n[rank1]: error: bad\nE1204 torchrun: failed\n"
+    assert tj.last_lines(log, 1) == "[rank1]: error: bad\n"
+    assert tj.last_lines("E1204 torchrun: failed\n", 5) == "E1204 torchrun: failed\n"
+    assert tj.last_lines("", 5) == ""
+
+
+def test_the_stops_last_lines_complete_those_the_watcher_read() -> None:
+    # The watcher saw node1 fail while node0 still ran; node0 failed first by its ranks' own
+    # times, and only its stop read its log: every failed node has its lines.
+    watched = {"node1": "[rank1]: error: bad\n"}
+    stopped = {"node0": "[rank0]: error: bad\n", "node1": "[rank1]: error: bad\n", "node2": ""}
+    assert tj.merge_tails(watched, stopped) == {
+        "node0": "[rank0]: error: bad\n",
+        "node1": "[rank1]: error: bad\n",
+    }
+    # A node that did not answer the stop keeps what the watcher read.
+    assert tj.merge_tails({"node2": "(lines)\n"}, {"node2": ""}) == {"node2": "(lines)\n"}
