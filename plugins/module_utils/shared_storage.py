@@ -16,23 +16,6 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-# The TCP port that answers on the server of each type, for the preflight's "does the source
-# answer" check: NFSv4 needs only 2049; sshfs goes through sshd; glusterd listens on 24007;
-# Ceph's monitors on 3300 (msgr2); Lustre's LNet on 988. Other types: shared_storage_port.
-SERVER_PORTS = {
-    "nfs": 2049,
-    "nfs4": 2049,
-    "fuse.sshfs": 22,
-    "glusterfs": 24007,
-    "ceph": 3300,
-    "lustre": 988,
-}
-# The types the role can serve from a node of the group itself.
-SERVED_TYPES = ("nfs", "nfs4", "fuse.sshfs")
-
-# Where the proof's files go, under the shared folder: one folder per proof, one file per node.
-PROOF_FOLDER = ".torch-cluster-proof"
-
 # The network part of a Lustre NID ("10.0.0.1@tcp", "mgs@o2ib1"), which is no user@host.
 _LNET = re.compile(r"^(tcp|o2ib|kfi|gni)[0-9]*(:|$)")
 

@@ -14,13 +14,11 @@ from ansible.module_utils.basic import AnsibleModule
 # torch_cluster.cluster collection.
 try:
     from ansible.module_utils.shared_storage import (
-        PROOF_FOLDER,
         mount_of,
         parse_mountinfo,
     )
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
-        PROOF_FOLDER,
         mount_of,
         parse_mountinfo,
     )
@@ -98,6 +96,8 @@ seen:
   returned: when phase is read
 """
 
+# Under the folder: one folder per proof, one file per node in it.
+PROOF_FOLDER = ".torch-cluster-proof"
 MIB = 1 << 20
 STALE_SECONDS = 86400
 

@@ -227,6 +227,7 @@ class Sync:
             return {"rounds": 0, "holders": []}
         candidates = [name for name in self.order[1:] if name in listings]
         holders: list[str] = []
+        rounds = 0
         while candidates and len(holders) < copies:
             batch, candidates = (
                 candidates[: copies - len(holders)],
@@ -236,11 +237,12 @@ class Sync:
             holders += [name for name in batch if name not in needing]
             sent = self.parallel([(self.master, name) for name in needing])
             holders += [name for name, ok in zip(needing, sent) if ok]
+            rounds += bool(needing)
         if len(holders) < copies:
             self.problems.append(
                 f"the master's output folder is on {len(holders)} other node(s), not {copies}"
             )
-        return {"rounds": 1 if self.transfers else 0, "holders": holders}
+        return {"rounds": rounds, "holders": holders}
 
 
 def main() -> None:
