@@ -11,6 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 
@@ -32,7 +33,7 @@ cluster_platform = _load_cluster_platform()
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path",))
+    _VALID_ARGS = frozenset(("path", "refuse", "rhel_python"))
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
@@ -50,8 +51,20 @@ class ActionModule(ActionBase):
             )
             return result
         fields = cluster_platform.parse_os_release(answer.get("stdout", ""))
-        problem = cluster_platform.platform_problem(fields, host)
+        refuse = boolean(self._task.args.get("refuse", True), strict=False)
+        problem = cluster_platform.platform_problem(fields, host) if refuse else None
+        # Recorded as the discovered interpreter (a fact), so discovery never runs on this
+        # node and every later module of the play (and of later plays, through the fact
+        # cache) uses it. An ansible_python_interpreter of the inventory still wins.
+        pinned = cluster_platform.pinned_interpreter(
+            fields,
+            str(task_vars.get("ansible_python_interpreter") or ""),
+            self._task.args.get("rhel_python") or cluster_platform.RHEL_PLATFORM_PYTHON,
+        )
+        if pinned:
+            result["ansible_facts"] = {"discovered_interpreter_python": pinned}
         result.update(
+            interpreter=pinned,
             changed=False,
             release=cluster_platform.describe(fields),
             family=cluster_platform.family(fields),

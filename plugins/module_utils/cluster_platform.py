@@ -33,6 +33,14 @@ EL10_REASON = (
 )
 
 
+# The Python that runs modules on the RHEL family: the platform Python, the only one with the
+# dnf, rpm, firewalld and SELinux bindings. ansible-core 2.19's interpreter discovery takes the
+# first of python3.13, 3.12, 3.11, ... before /usr/bin/python3 (INTERPRETER_PYTHON_FALLBACK),
+# so on an EL9 node with AppStream's python3.11 or 3.12 (the pytorch role installs 3.11 for
+# venvs) modules would run there: dnf respawns itself, ansible.posix.firewalld fails.
+RHEL_PLATFORM_PYTHON = "/usr/bin/python3"
+
+
 def parse_os_release(text: str) -> dict[str, str]:
     """KEY=value lines of os-release(5), with shell quoting, into a dict."""
     fields = {}
@@ -84,3 +92,12 @@ def platform_problem(fields: dict[str, str], host: str) -> str | None:
     if kind and major in SUPPORTED[kind]:
         return None
     return f"{host}: {release} is not supported. Supported: {SUPPORTED_TEXT}. Nothing was changed."
+
+
+def pinned_interpreter(fields: dict[str, str], explicit: str, platform_python: str) -> str:
+    """The interpreter to record as discovered for this node ("" to leave discovery alone):
+    the platform Python on the RHEL family, unless the inventory names one itself
+    (ansible_python_interpreter), which always wins."""
+    if explicit or family(fields) != "rhel":
+        return ""
+    return platform_python

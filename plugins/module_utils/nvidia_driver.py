@@ -181,10 +181,12 @@ def install_plan(
     versionlock pattern that keeps the branch (EL10).
 
     RHEL family: the open kernel modules (nvidia-open) from NVIDIA's CUDA repository, built by
-    DKMS (from EPEL) against kernel-devel of the running kernel; kernel-headers (the user-space
-    API headers, one version at a time: pinning the running kernel's would downgrade it after a
-    kernel update) as NVIDIA's guide installs it. Debian: nvidia-driver from non-free, built by
-    DKMS against linux-headers of the running kernel.
+    DKMS (from EPEL) against kernel-devel-matched (the kernel-devel of the newest installed
+    kernel: the mirrors of Rocky and AlmaLinux drop older kernels' kernel-devel, so
+    kernel-devel-<uname -r> of a node that has not rebooted into its newest kernel cannot be
+    found; kernel_problem refuses that node first) and kernel-headers (the user-space API
+    headers, one version at a time), as NVIDIA's guide installs them. Debian: nvidia-driver
+    from non-free, built by DKMS against linux-headers of the running kernel.
     """
     persistenced = ["nvidia-persistenced"] if persistence else []
     if os_family == "Debian":
@@ -195,7 +197,7 @@ def install_plan(
         }
     return {
         "packages": [
-            f"kernel-devel-{kernel}",
+            "kernel-devel-matched",
             "kernel-headers",
             "dkms",
             "nvidia-open",
@@ -206,6 +208,123 @@ def install_plan(
     }
 
 
+_SEGMENT = re.compile(r"~|\d+|[A-Za-z]+")
+
+
+def _segment_order(x: str, y: str) -> int:
+    """One segment of rpmvercmp: `~` first, digits newer than letters, numbers by value."""
+    if x == "~" or y == "~":
+        return (y == "~") - (x == "~")
+    if x.isdigit() != y.isdigit():
+        return 1 if x.isdigit() else -1
+    if x.isdigit():
+        return (int(x) > int(y)) - (int(x) < int(y))
+    return (x > y) - (x < y)
+
+
+def rpm_version_compare(left: str, right: str) -> int:
+    """rpm's version comparison (rpmvercmp) of two version strings: -1, 0 or 1. Digit runs
+    compare as numbers and are newer than letter runs, letter runs compare as text, `~` sorts
+    before anything, and of two otherwise equal strings the longer is newer. Enough for
+    kernel versions such as 5.14.0-570.12.1.el9_5.x86_64."""
+    a, b = _SEGMENT.findall(left), _SEGMENT.findall(right)
+    for x, y in zip(a, b):
+        if x != y:
+            return _segment_order(x, y)
+    if len(a) == len(b):
+        return 0
+    tail = (a if len(a) > len(b) else b)[min(len(a), len(b))]
+    sign = 1 if len(a) > len(b) else -1
+    return -sign if tail == "~" else sign
+
+
+def kernel_problem(name: str, running: str, installed: list[str]) -> str:
+    """The node runs an older kernel than the newest one installed ("" when it does not, or
+    when no kernel package is installed, as in a container). kernel-devel-matched is the
+    newest kernel's, and the mirrors no longer carry the running kernel's kernel-devel: the
+    module would be built for the kernel of the next boot only. Reboot first."""
+    if not installed or not running:
+        return ""
+    newest = installed[0]
+    for version in installed[1:]:
+        if rpm_version_compare(version, newest) > 0:
+            newest = version
+    if rpm_version_compare(newest, running) <= 0:
+        return ""
+    return (
+        f"{name}: the node runs the kernel {running}, but {newest} is installed and newer: it "
+        "has not rebooted since a kernel update. The driver is built by DKMS against "
+        "kernel-devel-matched, the newest kernel's development files (the mirrors of Rocky "
+        f"and AlmaLinux no longer carry kernel-devel-{running}), so the module would not "
+        f"load before a reboot. Reboot the node into {newest} first, then run provision.yml "
+        "again. Nothing was changed"
+    )
+
+
+def parse_secure_boot(mokutil: str, efivar: bytes | None) -> str:
+    """enabled, disabled or unknown: from `mokutil --sb-state`'s output, else from the
+    SecureBoot EFI variable (4 bytes of attributes, then the value)."""
+    text = mokutil.lower()
+    if "secureboot enabled" in text:
+        return "enabled"
+    if "secureboot disabled" in text or "not supported" in text:
+        return "disabled"
+    if efivar is not None and len(efivar) >= 5:
+        return "enabled" if efivar[4] == 1 else "disabled"
+    return "unknown"
+
+
+def secure_boot_problem(name: str, state: str, key_enrolled: bool) -> str:
+    """Secure Boot is on and DKMS's signing key is not said to be enrolled ("" otherwise)."""
+    if state != "enabled" or key_enrolled:
+        return ""
+    return (
+        f"{name}: Secure Boot is enabled. The nvidia module that DKMS builds is signed only "
+        "with DKMS's own key (/var/lib/dkms/mok.pub), which the firmware does not trust until "
+        "it is enrolled as a Machine Owner Key, so the kernel would refuse to load it. Either "
+        "turn Secure Boot off in the firmware, or enrol the key once on this node: "
+        "`dkms generate_mok` (if /var/lib/dkms/mok.pub is missing), `mokutil --import "
+        "/var/lib/dkms/mok.pub` with a one-time password, reboot and confirm the key in the "
+        "MOK manager at the console; then set nvidia_driver_secure_boot_key_enrolled: true "
+        "and run provision.yml again. Nothing was changed"
+    )
+
+
+def parse_dnf_module_list(text: str, module: str = DNF_MODULE) -> list[str]:
+    """The streams of a module in `dnf module list <module>`'s table, without the [d], [e]
+    markers, in order."""
+    streams: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == module:
+            stream = words[1]
+            if stream not in streams:
+                streams.append(stream)
+    return streams
+
+
+def stream_offered_problem(name: str, wanted: str, offered: list[str]) -> str:
+    """The repository does not offer the stream to enable ("" when it does). A mirror made
+    without the repository's module metadata (modules.yaml) offers no stream at all, and
+    nvidia-open then stays hidden."""
+    stream = wanted.partition(":")[2]
+    if not wanted or stream in offered:
+        return ""
+    if not offered:
+        return (
+            f"{name}: the CUDA repository offers no stream of dnf's {DNF_MODULE} module, so "
+            f"{wanted} cannot be enabled and nvidia-open stays hidden. A local mirror must "
+            "carry the repository's module metadata: copy repodata/*modules.yaml* along with "
+            "the packages (reposync --download-metadata does), or add it with modifyrepo_c "
+            "after createrepo_c. Nothing was installed"
+        )
+    return (
+        f"{name}: the CUDA repository offers the streams {', '.join(offered)} of dnf's "
+        f"{DNF_MODULE} module, not {stream}. Set nvidia_driver_branch to one it offers, or "
+        "update the mirror. Nothing was installed"
+    )
+
+
 def preflight_problems(
     name: str,
     branch: str,
@@ -214,11 +333,17 @@ def preflight_problems(
     facts: dict[str, str],
     components: set[str],
     enabled_stream: str,
+    kernel: str = "",
+    installed_kernels: list[str] | None = None,
+    secure_boot: str = "unknown",
+    key_enrolled: bool = False,
 ) -> list[str]:
     """Everything that stops the role on this node before it changes anything. `facts` holds
     os_family, distribution, distribution_release and distribution_major_version (Ansible's);
     `components` what apt's sources enable for the Debian release; `enabled_stream` the
-    stream of dnf's nvidia-driver module enabled now."""
+    stream of dnf's nvidia-driver module enabled now; `kernel` the running kernel and
+    `installed_kernels` the kernel packages' versions (RHEL family); `secure_boot` enabled,
+    disabled or unknown, and `key_enrolled` whether DKMS's key is enrolled as a MOK."""
     platform = platform_problem(
         name,
         facts.get("os_family", ""),
@@ -229,11 +354,14 @@ def preflight_problems(
     problems = branch_problems(name, branch, variant)
     if platform:
         return [platform, *problems]
+    boot = secure_boot_problem(name, secure_boot, key_enrolled)
+    problems += [boot] if boot else []
     if facts.get("os_family") == "Debian":
         return problems + debian_problems(name, facts["distribution_release"], variant, components)
     wanted = dnf_module_stream(facts.get("distribution_major_version", ""), branch)
     stream = stream_problem(name, enabled_stream, wanted)
-    return problems + ([stream] if stream else [])
+    old_kernel = kernel_problem(name, kernel, installed_kernels or [])
+    return problems + [problem for problem in (stream, old_kernel) if problem]
 
 
 def parse_proc_version(text: str) -> str:

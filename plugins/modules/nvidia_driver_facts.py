@@ -17,9 +17,12 @@ try:
         driver_action,
         install_plan,
         minimum_branch,
+        parse_dnf_module_list,
         parse_dnf_module_state,
         parse_proc_version,
+        parse_secure_boot,
         preflight_problems,
+        stream_offered_problem,
     )
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.nvidia_driver import (
@@ -28,9 +31,12 @@ except ImportError:
         driver_action,
         install_plan,
         minimum_branch,
+        parse_dnf_module_list,
         parse_dnf_module_state,
         parse_proc_version,
+        parse_secure_boot,
         preflight_problems,
+        stream_offered_problem,
     )
 
 DOCUMENTATION = r"""
@@ -42,11 +48,15 @@ description:
     module built for the running kernel (C(modinfo)), whether nouveau is loaded, whether the
     running kernel's headers are installed (C(/lib/modules/<kernel>/build)), and on Debian the
     components apt's sources enable, on the RHEL family the enabled stream of dnf's
-    nvidia-driver module.
+    nvidia-driver module and the installed kernel packages (C(rpm -q kernel-core)), and the
+    Secure Boot state (C(mokutil --sb-state), else the SecureBoot EFI variable).
+  - With O(offered_streams), also the streams of dnf's nvidia-driver module that the
+    configured repositories offer (C(dnf module list)), and whether the branch's is one.
   - Returns the problems that stop the role before it changes anything (a branch older than the
     CUDA build of torch needs, an unsupported system, Debian's branch too old, apt sources
-    without non-free, another dnf stream enabled), the packages that install the driver, and
-    what the node must still do before torch can use it (build, load, reboot).
+    without non-free, another dnf stream enabled, a running kernel older than the newest
+    installed one, Secure Boot without an enrolled DKMS key), the packages that install the
+    driver, and what the node must still do before torch can use it (build, load, reboot).
 options:
   name:
     description: The node's inventory hostname, for the messages.
@@ -82,6 +92,14 @@ options:
     default: true
   reboot_allowed:
     description: Whether the role may reboot the node (only changes the message).
+    type: bool
+    default: false
+  secure_boot_key_enrolled:
+    description: Whether DKMS's signing key is enrolled as a Machine Owner Key (Secure Boot).
+    type: bool
+    default: false
+  offered_streams:
+    description: Also list the module streams the repositories offer (runs dnf; RHEL family).
     type: bool
     default: false
   module_file:
@@ -129,6 +147,22 @@ minimum_branch:
   description: >-
     The oldest driver branch the CUDA build of torch runs on; null for cpu, or a bad variant.
   type: int
+  returned: always
+installed_kernels:
+  description: RHEL family. The installed kernel-core packages, as VERSION-RELEASE.ARCH.
+  type: list
+  returned: always
+secure_boot:
+  description: enabled, disabled or unknown.
+  type: str
+  returned: always
+streams_offered:
+  description: With O(offered_streams), the nvidia-driver streams the repositories offer.
+  type: list
+  returned: always
+stream_problem:
+  description: With O(offered_streams), why the branch's stream cannot be enabled; empty if it can.
+  type: str
   returned: always
 problems:
   description: Why the role must not run on this node, one sentence each; empty when it may.
@@ -190,6 +224,38 @@ def built_version(module: AnsibleModule, module_file: str) -> str:
     return out.strip() if rc == 0 else ""
 
 
+SECURE_BOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def installed_kernels(module: AnsibleModule) -> list[str]:
+    rpm = module.get_bin_path("rpm")
+    if not rpm:
+        return []
+    rc, out, _ = module.run_command(
+        [rpm, "-q", "kernel-core", "--queryformat", "%{VERSION}-%{RELEASE}.%{ARCH}\\n"]
+    )
+    return out.split() if rc == 0 else []
+
+
+def secure_boot(module: AnsibleModule) -> str:
+    mokutil = module.get_bin_path("mokutil", opt_dirs=["/usr/sbin", "/sbin"])
+    text = module.run_command([mokutil, "--sb-state"])[1] if mokutil else ""
+    try:
+        with open(SECURE_BOOT_EFIVAR, "rb") as handle:
+            efivar = handle.read()
+    except OSError:
+        efivar = None
+    return parse_secure_boot(text, efivar)
+
+
+def offered(module: AnsibleModule) -> list[str]:
+    dnf = module.get_bin_path("dnf")
+    if not dnf:
+        return []
+    rc, out, _ = module.run_command([dnf, "--quiet", "module", "list", "nvidia-driver"])
+    return parse_dnf_module_list(out) if rc == 0 else []
+
+
 def apt_sources() -> dict[str, str]:
     paths = [path for pattern in APT_SOURCES for path in sorted(glob.glob(pattern))]
     paths += sorted(glob.glob(APT_DEB822_SOURCES))
@@ -208,6 +274,8 @@ def main() -> None:
             "distribution_major_version": {"type": "str", "default": ""},
             "persistence": {"type": "bool", "default": True},
             "reboot_allowed": {"type": "bool", "default": False},
+            "secure_boot_key_enrolled": {"type": "bool", "default": False},
+            "offered_streams": {"type": "bool", "default": False},
             "module_file": {"type": "str", "default": "nvidia"},
         },
         supports_check_mode=True,
@@ -227,6 +295,21 @@ def main() -> None:
     debian = facts["os_family"] == "Debian"
     components = apt_components(apt_sources(), facts["distribution_release"]) if debian else set()
     stream = "" if debian else parse_dnf_module_state(read(DNF_MODULE_STATE))
+    kernels = [] if debian else installed_kernels(module)
+    boot = secure_boot(module)
+    plan = install_plan(
+        facts["os_family"],
+        facts["distribution_major_version"],
+        params["branch"],
+        kernel,
+        params["persistence"],
+    )
+    streams = offered(module) if params["offered_streams"] and not debian else []
+    stream_problem = (
+        stream_offered_problem(name, str(plan["dnf_module_stream"]), streams)
+        if params["offered_streams"]
+        else ""
+    )
 
     driver = loaded_version()
     built = built_version(module, params["module_file"])
@@ -256,14 +339,16 @@ def main() -> None:
             facts=facts,
             components=components,
             enabled_stream=stream,
+            kernel=kernel,
+            installed_kernels=kernels,
+            secure_boot=boot,
+            key_enrolled=params["secure_boot_key_enrolled"],
         ),
-        install=install_plan(
-            facts["os_family"],
-            facts["distribution_major_version"],
-            params["branch"],
-            kernel,
-            params["persistence"],
-        ),
+        installed_kernels=kernels,
+        secure_boot=boot,
+        streams_offered=streams,
+        stream_problem=stream_problem,
+        install=plan,
         action=action,
         message=action_message(name, action, reason, kernel, params["reboot_allowed"]),
     )

@@ -17,5 +17,6 @@ for name in (
     "torch_builds",
     "slurm_job",
     "job_sync",
+    "dnf_repos",
 ):
     sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)

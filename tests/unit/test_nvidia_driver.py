@@ -163,7 +163,8 @@ def test_el10_has_no_module_streams_to_refuse():
 KERNEL = "5.14.0-611.5.1.el9_7.x86_64"
 
 
-DEVEL = [f"kernel-devel-{KERNEL}", "kernel-headers", "dkms", "nvidia-open"]
+# kernel-devel-matched, not kernel-devel-<uname -r>: the mirrors drop older kernels' kernel-devel.
+DEVEL = ["kernel-devel-matched", "kernel-headers", "dkms", "nvidia-open"]
 
 
 @pytest.mark.parametrize(
@@ -361,3 +362,117 @@ MIRROR = "http://deb.debian.org/debian"
 def test_apt_components_of_the_release(sources, components):
     suite = "trixie" if any(path.endswith(".sources") for path in sources) else "bookworm"
     assert nd.apt_components(sources, suite) == components
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "order"),
+    [
+        ("5.14.0-611.5.1.el9_7.x86_64", "5.14.0-570.12.1.el9_6.x86_64", 1),
+        ("5.14.0-570.12.1.el9_6.x86_64", "5.14.0-570.12.1.el9_6.x86_64", 0),
+        ("5.14.0-70.13.1.el9_0.x86_64", "5.14.0-162.6.1.el9_1.x86_64", -1),
+        ("6.12.0-55.el10.x86_64", "5.14.0-611.el9.x86_64", 1),
+        ("1.0", "1.0.1", -1),
+        ("1.0a", "1.0", 1),
+        ("1.0~rc1", "1.0", -1),
+        ("2.0", "2.a", 1),
+    ],
+)
+def test_rpm_version_order(left, right, order):
+    assert nd.rpm_version_compare(left, right) == order
+    assert nd.rpm_version_compare(right, left) == -order
+
+
+OLD = "5.14.0-570.12.1.el9_6.x86_64"
+NEW = "5.14.0-611.5.1.el9_7.x86_64"
+
+
+def test_a_node_running_an_older_kernel_than_its_newest_is_told_to_reboot_first():
+    found = nd.preflight_problems(
+        "node0",
+        "580",
+        "cu130",
+        facts=EL9,
+        components=set(),
+        enabled_stream="",
+        kernel=OLD,
+        installed_kernels=[OLD, NEW],
+    )
+    assert len(found) == 1
+    assert f"runs the kernel {OLD}, but {NEW} is installed and newer" in found[0]
+    assert f"Reboot the node into {NEW} first" in found[0]
+    assert f"kernel-devel-{OLD}" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("running", "installed"),
+    [(NEW, [OLD, NEW]), (NEW, [NEW]), (NEW, []), ("6.18.1-amd64", [])],
+    ids=["newest-of-two", "only-one", "container-no-kernel-package", "foreign-kernel"],
+)
+def test_a_node_running_its_newest_kernel_passes(running, installed):
+    assert nd.kernel_problem("node0", running, installed) == ""
+
+
+@pytest.mark.parametrize(
+    ("mokutil", "efivar", "state"),
+    [
+        ("SecureBoot enabled\n", None, "enabled"),
+        ("SecureBoot disabled\nPlatform is in Setup Mode\n", None, "disabled"),
+        ("EFI variables are not supported on this system\n", None, "disabled"),
+        ("", b"\x06\x00\x00\x00\x01", "enabled"),
+        ("", b"\x06\x00\x00\x00\x00", "disabled"),
+        ("", None, "unknown"),
+    ],
+)
+def test_secure_boot_state(mokutil, efivar, state):
+    assert nd.parse_secure_boot(mokutil, efivar) == state
+
+
+@pytest.mark.parametrize("facts", [EL9, BOOKWORM], ids=["el9", "debian"])
+def test_secure_boot_without_an_enrolled_key_is_refused_with_the_steps(facts):
+    found = nd.preflight_problems(
+        "node1",
+        "580",
+        "cu130",
+        facts=facts,
+        components=set(nd.DEBIAN_COMPONENTS),
+        enabled_stream="",
+        secure_boot="enabled",
+    )
+    refusal = [problem for problem in found if "Secure Boot" in problem]
+    assert len(refusal) == 1
+    assert "mokutil --import /var/lib/dkms/mok.pub" in refusal[0]
+    assert "nvidia_driver_secure_boot_key_enrolled: true" in refusal[0]
+
+
+@pytest.mark.parametrize(
+    ("state", "enrolled"), [("enabled", True), ("disabled", False), ("unknown", False)]
+)
+def test_secure_boot_off_or_enrolled_passes(state, enrolled):
+    assert nd.secure_boot_problem("node1", state, enrolled) == ""
+
+
+# `dnf module list nvidia-driver` of dnf 4.14 against the sandbox's EL9 CUDA mirror.
+MODULE_LIST = """CUDA repository (sandbox)
+Name           Stream        Profiles                      Summary
+nvidia-driver  575-open      default [d], fm, ks, src      Nvidia driver for 575-open branch
+nvidia-driver  580-open [e]  default [d], fm, ks, src      Nvidia driver for 580-open branch
+
+Hint: [d]efault, [e]nabled, [x]disabled, [i]nstalled
+"""
+
+
+def test_the_offered_streams_are_read_from_dnfs_table():
+    assert nd.parse_dnf_module_list(MODULE_LIST) == ["575-open", "580-open"]
+
+
+def test_a_mirror_without_module_metadata_is_refused_naming_modules_yaml():
+    problem = nd.stream_offered_problem("node0", "nvidia-driver:580-open", [])
+    assert "offers no stream" in problem
+    assert "modules.yaml" in problem
+    assert "nvidia-open stays hidden" in problem
+
+
+def test_a_branch_the_mirror_lacks_is_refused_naming_what_it_has():
+    problem = nd.stream_offered_problem("node0", "nvidia-driver:590-open", ["575-open", "580-open"])
+    assert "offers the streams 575-open, 580-open" in problem
+    assert nd.stream_offered_problem("node0", "nvidia-driver:580-open", ["580-open"]) == ""

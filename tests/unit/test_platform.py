@@ -71,3 +71,23 @@ def test_quoting_and_comments_follow_os_release():
     )
     assert fields["NAME"] == "Some OS"
     assert cluster_platform.platform_problem(fields, "n") is None
+
+
+@pytest.mark.parametrize("name", ["centos-stream-9", "rhel-9.6", "almalinux-9.6"])
+def test_the_platform_python_is_pinned_on_the_rhel_family(name):
+    assert (
+        cluster_platform.pinned_interpreter(read(name), "", cluster_platform.RHEL_PLATFORM_PYTHON)
+        == "/usr/bin/python3"
+    )
+
+
+@pytest.mark.parametrize("name", ["debian-12", "ubuntu-24.04"])
+def test_discovery_is_left_alone_elsewhere(name):
+    assert cluster_platform.pinned_interpreter(read(name), "", "/usr/bin/python3") == ""
+
+
+def test_an_interpreter_the_inventory_names_wins():
+    fields = read("rhel-9.6")
+    assert (
+        cluster_platform.pinned_interpreter(fields, "/opt/py/bin/python3", "/usr/bin/python3") == ""
+    )
