@@ -12,10 +12,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 SANDBOX_NODES ?= 2
 export SANDBOX_NODES
+# EL9-like nodes (group el9_nodes) beside the Debian ones: e.g. make sandbox SANDBOX_EL9_NODES=2
+SANDBOX_EL9_NODES ?= 0
 
-APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg
+APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg \
+  rpm createrepo-c dnf-plugins-core
 
-.PHONY: help setup apt venv wheelhouse data nccl-mirror collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync clean
+.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -51,8 +54,9 @@ data: .cache/data/MNIST/raw/.complete
 	$(BIN)/python train/digits_mnist.py --out .cache/data
 	touch $@
 
-sandbox: setup data ## Start SANDBOX_NODES (default 2) node containers and provision them over SSH
-	$(BIN)/ansible-playbook sandbox/up.yml -e sandbox_nodes=$(SANDBOX_NODES)
+sandbox: setup data $(if $(filter-out 0,$(SANDBOX_EL9_NODES)),el9-repos) ## Start SANDBOX_NODES (default 2) node containers and provision them over SSH
+	$(BIN)/ansible-playbook sandbox/up.yml -e sandbox_nodes=$(SANDBOX_NODES) \
+	  -e sandbox_el9_nodes=$(SANDBOX_EL9_NODES)
 	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/provision.yml
 
 # e.g. make sandbox-train ARGS='-e nproc=2 -e job_id=demo'
@@ -82,11 +86,20 @@ nccl-mirror: .cache/nccl-mirror/.complete
 	  --wheel $$(ls .cache/wheelhouse/nvidia_nccl_cu13-*.whl)
 	touch $@
 
+# Local signed RPM repositories like an EL9 node's (Rocky's, EPEL's, NVIDIA's CUDA with the
+# nvidia-driver module streams), for the sandbox's EL9-like nodes (sandbox/el9_repos.py).
+el9-repos: .cache/el9-repos/.complete
+
+.cache/el9-repos/.complete: sandbox/el9_repos.py .cache/wheelhouse/.complete
+	$(BIN)/python sandbox/el9_repos.py --out .cache/el9-repos \
+	  --wheel $$(ls .cache/wheelhouse/nvidia_nccl_cu13-*.whl)
+	touch $@
+
 # The collection (galaxy.yml), as users install it.
 collection: venv ## Build the torch_cluster.cluster collection into .cache/collection
 	$(BIN)/ansible-galaxy collection build --force --output-path .cache/collection
 
-molecule: setup data nccl-mirror ## The sandbox scenario: create, converge, idempotence, verify, destroy
+molecule: setup data nccl-mirror el9-repos ## The sandbox scenario: create, converge, idempotence, verify, destroy
 	cd $(CURDIR) && $(BIN)/molecule test -s sandbox
 
 test: lint unit molecule ## Everything CI runs
