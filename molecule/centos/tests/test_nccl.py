@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import re
 
+import el_checks
 import pytest
 from el_nodes import Node
 
-PACKAGES = ("libnccl", "libnccl-devel")
-HEADER = "/usr/include/nccl.h"
-LIBRARY = "/usr/lib64/libnccl.so.2"
-VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+PACKAGES = el_checks.NCCL_PACKAGES
 
 
 def pinned(member: Node) -> tuple[str, str]:
@@ -33,29 +31,17 @@ def pinned(member: Node) -> tuple[str, str]:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_is_the_pinned_build(member: Node, package: str) -> None:
-    installed = member.host.package(package)
-    assert installed.is_installed
-    assert (installed.version, installed.release) == pinned(member)
+    assert el_checks.nccl_build(member.host, package) == pinned(member)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_is_locked_at_the_pinned_build(member: Node, package: str) -> None:
-    version, release = pinned(member)
-    locks = member.host.file(VERSIONLOCK_LIST).content_string.split()
-    assert f"{package}-0:{version}-{release}.*" in locks
+    assert el_checks.lock_entry(package, *pinned(member)) in el_checks.nccl_locks(member.host)
 
 
 def test_header_declares_the_pinned_release(member: Node) -> None:
-    header = member.host.file(HEADER)
-    assert header.is_file
-    defines = dict(
-        re.findall(r"^#define\s+NCCL_(MAJOR|MINOR|PATCH)\s+([0-9]+)", header.content_string, re.M)
-    )
-    declared = ".".join(defines.get(part, "?") for part in ("MAJOR", "MINOR", "PATCH"))
-    assert declared == pinned(member)[0]
+    assert el_checks.header_version(member.host) == pinned(member)[0]
 
 
 def test_library_is_the_pinned_release(member: Node) -> None:
-    library = member.host.file(LIBRARY)
-    assert library.exists
-    assert library.linked_to.endswith(f"/libnccl.so.{pinned(member)[0]}")
+    assert el_checks.library_version(member.host) == pinned(member)[0]

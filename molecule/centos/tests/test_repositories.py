@@ -1,19 +1,13 @@
 """EPEL with CRB (and epel-next on CentOS Stream only) and NVIDIA's CUDA repository: enabled, and
-their signing keys imported with the fingerprints the roles pin."""
+their signing keys imported with the fingerprints the roles pin. The sandbox's EL9-like nodes
+(molecule/sandbox/tests/test_el9.py) read them with the same functions (el_checks)."""
 
 from __future__ import annotations
 
 import functools
 
+import el_checks
 from el_nodes import Node, role_defaults, role_file
-
-# The repositories dnf has enabled, from its own configuration (no metadata download).
-_ENABLED_REPOS = """
-import json, dnf
-base = dnf.Base()
-base.read_all_repos()
-print(json.dumps(sorted(repo.id for repo in base.repos.iter_enabled())))
-"""
 
 # NVIDIA's name for the CPU architecture in its repository ids (the nccl role's).
 _NVIDIA_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
@@ -21,13 +15,11 @@ _NVIDIA_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
 
 @functools.cache
 def enabled_repos(member: Node) -> frozenset[str]:
-    return frozenset(member.run_json("/usr/bin/python3", "-c", _ENABLED_REPOS))
+    return el_checks.enabled_repos(member.host)
 
 
 def key_installed(member: Node, fingerprint: str) -> bool:
-    """Whether rpm has the key with this fingerprint (rpm names it gpg-pubkey-<last 8 digits>)."""
-    key_id = fingerprint.replace(" ", "")[-8:].lower()
-    return member.host.run(f"rpm -q gpg-pubkey-{key_id}").rc == 0
+    return el_checks.key_installed(member.host, fingerprint)
 
 
 def test_epel_and_crb_are_enabled(member: Node) -> None:
