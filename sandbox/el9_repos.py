@@ -273,7 +273,6 @@ def running_kernel() -> tuple[str, str, str]:
 def baseos(plugin_version: str, key: Path) -> list[Package]:
     plugins, plugin_release = plugin_version.split("-", 1)
     plugin_release = f"{plugin_release}.el9"
-    kernel, kernel_release, uname = running_kernel()
     repos = "\n".join(
         rocky_repo(section, title, enabled)
         for section, title, enabled in (
@@ -349,12 +348,16 @@ def baseos(plugin_version: str, key: Path) -> list[Package]:
             ("ca-certificates", "2024.2.69_v8.0.303", "91.4.el9_4"),
             ("python3-packaging", "20.9", "5.el9"),
             ("nfs-utils", "2.5.4", "27.el9"),
-            ("mariadb", "10.5.27", "1.el9_5"),
-            ("mariadb-server", "10.5.27", "1.el9_5"),
-            ("munge", "0.5.13", "13.el9"),
-            ("munge-libs", "0.5.13", "13.el9"),
         )
     ]
+    return [release, python_plugins, plugins_core, versionlock_plugin, *shims]
+
+
+def appstream() -> list[Package]:
+    """What Rocky 9 has in AppStream: the running kernel's development files and user-space
+    headers (kernel-devel also provides kernel-devel-<uname -r>, which dnf resolves when the
+    running kernel's release is no rpm version-release), Python 3.11, MariaDB, munge."""
+    kernel, kernel_release, uname = running_kernel()
     uname_provides = {
         "kernel-headers": (),
         "kernel-devel": (
@@ -363,11 +366,20 @@ def baseos(plugin_version: str, key: Path) -> list[Package]:
         ),
         "kernel-devel-matched": (f"kernel-devel-matched-{uname}",),
     }
-    shims += [
-        shim(name, kernel, kernel_release, "Rocky's BaseOS", arch="x86_64", provides=provides)
+    shims = [
+        shim(name, kernel, kernel_release, "Rocky's AppStream", arch="x86_64", provides=provides)
         for name, provides in uname_provides.items()
     ]
-    return [release, python_plugins, plugins_core, versionlock_plugin, *shims]
+    return shims + [
+        shim(name, version, rel, "Rocky's AppStream", arch="x86_64")
+        for name, version, rel in (
+            ("python3.11", "3.11.9", "7.el9"),
+            ("mariadb", "10.5.27", "1.el9_5"),
+            ("mariadb-server", "10.5.27", "1.el9_5"),
+            ("munge", "0.5.13", "13.el9"),
+            ("munge-libs", "0.5.13", "13.el9"),
+        )
+    ]
 
 
 def nccl_packages(source: Path, nccl: str, label: str) -> list[Package]:
@@ -468,9 +480,7 @@ def plan(out: Path, nccl_source: Path, nccl: str, key: Path) -> dict[Path, list[
     kernel, kernel_release, _ = running_kernel()
     return {
         out / "rocky" / "baseos": baseos(plugin_version, key),
-        out / "rocky" / "appstream": [
-            shim("python3.11", "3.11.9", "7.el9", "Rocky's AppStream", arch="x86_64")
-        ],
+        out / "rocky" / "appstream": appstream(),
         out / "rocky" / "crb": [
             shim("torch-cluster-crb-probe", "1.0", "1.el9", "CRB (only CRB has it)")
         ],
