@@ -383,11 +383,30 @@ def appstream() -> list[Package]:
 
 
 def nccl_packages(source: Path, nccl: str, label: str) -> list[Package]:
-    """libnccl and libnccl-devel as NVIDIA's RPMs lay them out, labelled `label`."""
+    """libnccl and libnccl-devel as NVIDIA's RPMs lay them out, labelled `label`. A label other
+    than the wheel's NCCL gets a copy of nccl.h whose version defines say `label`, as that
+    release's header would (the library bytes stay the wheel's)."""
     release = f"1+cuda{CUDA}"
+    include = source / "include"
+    if label != nccl:
+        relabelled = source / f"include-{label}"
+        shutil.copytree(include, relabelled, dirs_exist_ok=True)
+        major, minor, patch = label.split(".")
+        header = relabelled / "nccl.h"
+        text = header.read_text()
+        for name, value in (("MAJOR", major), ("MINOR", minor), ("PATCH", patch)):
+            text = re.sub(
+                rf"^#define NCCL_{name} .*$", f"#define NCCL_{name} {value}", text, flags=re.M
+            )
+        code = int(major) * 10000 + int(minor) * 100 + int(patch)
+        text = re.sub(
+            r"^#define NCCL_VERSION_CODE .*$", f"#define NCCL_VERSION_CODE {code}", text, flags=re.M
+        )
+        header.write_text(text)
+        include = relabelled
     headers = {
-        f"/usr/include/{path.relative_to(source / 'include')}": path
-        for path in sorted((source / "include").rglob("*"))
+        f"/usr/include/{path.relative_to(include)}": path
+        for path in sorted(include.rglob("*"))
         if path.is_file()
     }
     return [
@@ -456,12 +475,17 @@ def run(argv: list[str | Path], env: dict[str, str] | None = None) -> str:
 
 
 def make_key(gnupg: Path, key: Path) -> str:
-    """A signing key in a keyring of its own; its public key is written to `key`. Returns its
-    fingerprint."""
-    gnupg.mkdir(mode=0o700)
+    """A signing key in a keyring of its own, made once and kept there (a rebuild of the
+    repositories signs with the same key, so nodes that trust it keep working and the node
+    image, named after the fingerprint, is not rebuilt); its public key is written to `key`.
+    Returns its fingerprint."""
     env = os.environ | {"GNUPGHOME": str(gnupg)}
     gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
-    run([*gpg, "--quick-gen-key", SIGNER, "rsa3072", "sign", "never"], env=env)
+    if not (gnupg / "key-made").exists():
+        shutil.rmtree(gnupg, ignore_errors=True)
+        gnupg.mkdir(mode=0o700, parents=True)
+        run([*gpg, "--quick-gen-key", SIGNER, "rsa3072", "sign", "never"], env=env)
+        (gnupg / "key-made").touch()
     run([*gpg, "--armor", "--output", key, "--export"], env=env)
     listing = run([*gpg, "--with-colons", "--fingerprint"], env=env)
     return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
@@ -544,7 +568,8 @@ def main() -> None:
         with zipfile.ZipFile(args.wheel) as wheel:
             wheel.extractall(work / "wheel")
         key = out / KEY_NAME
-        fingerprint = make_key(work / "gnupg", key)
+        gnupg = out.parent / f"{out.name}-gnupg"
+        fingerprint = make_key(gnupg, key)
         (out / "fingerprint.txt").write_text(fingerprint + "\n")
 
         folders = plan(out, work / "wheel" / "nvidia" / "nccl", nccl, key)
@@ -553,7 +578,7 @@ def main() -> None:
             folder.mkdir(parents=True)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             rpms = list(pool.map(lambda job: build(job[1], work, job[0]), jobs))
-        sign(work / "gnupg", rpms)
+        sign(gnupg, rpms)
 
         # NVIDIA publishes its repository key beside the packages, under its key ID.
         cuda = out / CUDA_REPO
