@@ -174,6 +174,7 @@ class Package:
     config: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
+    post: str = ""
 
     @property
     def filename(self) -> str:
@@ -184,8 +185,17 @@ class Package:
         return f"{self.name}-{self.epoch or 0}:{self.version}-{self.release}.{self.arch}"
 
 
+MARIADB_EL9_SOCKET = """# EL9's socket, as its mariadb-server.cnf sets it (sandbox stand-in)
+[mysqld]
+socket=/var/lib/mysql/mysql.sock
+[client]
+socket=/var/lib/mysql/mysql.sock
+"""
+
+
 def shim(name: str, version: str, release: str, repo: str, **kwargs: object) -> Package:
-    summary = f"Sandbox stand-in for {repo}'s {name}: no files, the node image has Debian's"
+    has = "only its distribution settings" if kwargs.get("files") else "no files"
+    summary = f"Sandbox stand-in for {repo}'s {name}: {has}, the node image has Debian's"
     return Package(name, version, release, summary, **kwargs)  # type: ignore[arg-type]
 
 
@@ -207,6 +217,8 @@ def spec_text(package: Package, stage: Path) -> str:
     lines += ["%description", package.summary, "%install"]
     if package.files or package.symlinks:
         lines.append(f"cp -a {stage}/. %{{buildroot}}/")
+    if package.post:
+        lines += ["%post", package.post]
     lines.append("%files")
     for path in sorted([*package.files, *package.symlinks]):
         lines.append(f"%config(noreplace) {path}" if path in package.config else path)
@@ -370,15 +382,29 @@ def appstream() -> list[Package]:
         shim(name, kernel, kernel_release, "Rocky's AppStream", arch="x86_64", provides=provides)
         for name, provides in uname_provides.items()
     ]
-    return shims + [
-        shim(name, version, rel, "Rocky's AppStream", arch="x86_64")
-        for name, version, rel in (
-            ("python3.11", "3.11.9", "7.el9"),
-            ("mariadb", "10.5.27", "1.el9_5"),
-            ("mariadb-server", "10.5.27", "1.el9_5"),
-            ("munge", "0.5.13", "13.el9"),
-            ("munge-libs", "0.5.13", "13.el9"),
-        )
+    # EL9's mariadb-server listens on /var/lib/mysql/mysql.sock (its mariadb-server.cnf);
+    # Debian's on /run/mysqld/mysqld.sock. The stand-in carries EL9's setting, in the place
+    # Debian's server reads it from.
+    mariadb_server = shim(
+        "mariadb-server",
+        "10.5.27",
+        "1.el9_5",
+        "Rocky's AppStream",
+        arch="x86_64",
+        files={"/etc/mysql/mariadb.conf.d/90-el9-socket.cnf": MARIADB_EL9_SOCKET},
+    )
+    return [
+        *shims,
+        mariadb_server,
+        *(
+            shim(name, version, rel, "Rocky's AppStream", arch="x86_64")
+            for name, version, rel in (
+                ("python3.11", "3.11.9", "7.el9"),
+                ("mariadb", "10.5.27", "1.el9_5"),
+                ("munge", "0.5.13", "13.el9"),
+                ("munge-libs", "0.5.13", "13.el9"),
+            )
+        ),
     ]
 
 
@@ -521,15 +547,27 @@ def plan(out: Path, nccl_source: Path, nccl: str, key: Path) -> dict[Path, list[
             )
         ],
         out / "epel": [
-            shim(name, version, "1.el9", "EPEL 9", arch=arch)
-            for name, version, arch in (
-                ("dkms", "3.1.5", "noarch"),
-                ("fuse-sshfs", "3.7.3", "x86_64"),
-                ("slurm", "22.05.9", "x86_64"),
-                ("slurm-slurmctld", "22.05.9", "x86_64"),
-                ("slurm-slurmd", "22.05.9", "x86_64"),
-                ("slurm-slurmdbd", "22.05.9", "x86_64"),
-            )
+            *(
+                shim(name, version, "1.el9", "EPEL 9", arch=arch)
+                for name, version, arch in (
+                    ("dkms", "3.1.5", "noarch"),
+                    ("fuse-sshfs", "3.7.3", "x86_64"),
+                    ("slurm-slurmctld", "22.05.9", "x86_64"),
+                    ("slurm-slurmd", "22.05.9", "x86_64"),
+                    ("slurm-slurmdbd", "22.05.9", "x86_64"),
+                )
+            ),
+            # EPEL's slurm makes /run/slurm (the daemons' PID files) with a tmpfiles.d entry,
+            # created at install by its %post; the stand-in does the same.
+            shim(
+                "slurm",
+                "22.05.9",
+                "1.el9",
+                "EPEL 9",
+                arch="x86_64",
+                files={"/usr/lib/tmpfiles.d/slurm.conf": "D /run/slurm 0755 root root -\n"},
+                post="systemd-tmpfiles --create /usr/lib/tmpfiles.d/slurm.conf || :",
+            ),
         ],
         out / CUDA_REPO: [
             *nccl_packages(nccl_source, nccl, nccl),

@@ -102,7 +102,7 @@ def test_provision_preflight_runs_from_the_installed_collection(
     # address check and every role's preflight (modules importing the collection's
     # module_utils).
     for task in (
-        "torch_cluster.cluster.cluster : Check that the node runs a supported operating system",
+        "torch_cluster.cluster.cluster : Check the node's operating system and choose its Python",
         "torch_cluster.cluster.cluster : Check that the cluster address is one of this host's",
         "torch_cluster.cluster.firewall : Check that no other zone holds a member's address",
         "torch_cluster.cluster.ssh_trust : Check the key type against the node's FIPS mode",
