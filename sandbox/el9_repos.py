@@ -383,8 +383,9 @@ def appstream() -> list[Package]:
         for name, provides in uname_provides.items()
     ]
     # EL9's mariadb-server listens on /var/lib/mysql/mysql.sock (its mariadb-server.cnf);
-    # Debian's on /run/mysqld/mysqld.sock. The stand-in carries EL9's setting, in the place
-    # Debian's server reads it from.
+    # Debian's on /run/mysqld/mysqld.sock, through systemd's socket activation. The stand-in
+    # carries EL9's setting, in the place Debian's server reads it from, and turns the socket
+    # activation off.
     mariadb_server = shim(
         "mariadb-server",
         "10.5.27",
@@ -392,9 +393,14 @@ def appstream() -> list[Package]:
         "Rocky's AppStream",
         arch="x86_64",
         files={"/etc/mysql/mariadb.conf.d/90-el9-socket.cnf": MARIADB_EL9_SOCKET},
+        # EL9's server listens itself; Debian 12's is socket-activated on its own path.
+        post="systemctl disable --now mariadb.socket >/dev/null 2>&1 || :",
     )
+    # Scriptlets need /bin/sh, which EL9's bash provides (Debian's is dpkg's, unknown to rpm).
+    bash = shim("bash", "5.1.8", "9.el9", "Rocky's BaseOS", arch="x86_64", provides=("/bin/sh",))
     return [
         *shims,
+        bash,
         mariadb_server,
         *(
             shim(name, version, rel, "Rocky's AppStream", arch="x86_64")
@@ -597,9 +603,14 @@ def main() -> None:
     start = time.monotonic()
     out = args.out.resolve()
     nccl = args.wheel.name.split("-")[1]
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    # Emptied, not removed: running EL9-like nodes bind-mount this folder, and a new folder
+    # in its place would leave them an empty, deleted one.
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in out.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     # Beside --out, so that the wheel's library is hard-linked into the packages, not copied.
     with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
         work = Path(scratch)
