@@ -238,15 +238,24 @@ def driver(provision, el9_nodes: list[Node]) -> Iterator:
         )
 
 
+def assert_refused_installing_nothing(
+    outcome: Outcome, el9_nodes: list[Node], *phrases: str
+) -> None:
+    """The run failed saying each phrase, and no node got the driver."""
+    assert outcome.rc != 0
+    for phrase in phrases:
+        assert phrase in outcome.output, outcome.output
+    for node in el9_nodes:
+        assert node.host.run("rpm -q nvidia-open").rc != 0
+
+
 def test_a_mirror_without_module_metadata_is_refused_naming_it(
     driver, el9_nodes: list[Node]
 ) -> None:
     refused = driver(nccl_repo_baseurl=f"{SERVED}/cuda-nomodules/rhel9/x86_64/")
-    assert refused.rc != 0
-    assert "offers no stream of dnf's nvidia-driver module" in refused.output
-    assert "modules.yaml" in refused.output
-    for node in el9_nodes:
-        assert node.host.run("rpm -q nvidia-open").rc != 0
+    assert_refused_installing_nothing(
+        refused, el9_nodes, "offers no stream of dnf's nvidia-driver module", "modules.yaml"
+    )
 
 
 def test_a_node_running_an_older_kernel_is_told_to_reboot_first(
@@ -256,11 +265,9 @@ def test_a_node_running_an_older_kernel_is_told_to_reboot_first(
     newer = next((REPOS / "test-only").glob("kernel-core-99.*.rpm"))
     node.host.check_output(f"rpm -i --nodeps /srv/el9-repos/test-only/{newer.name}")
     refused = driver()
-    assert refused.rc != 0
-    assert f"{node.name}: the node runs the kernel" in refused.output
-    assert "Reboot the node into 99." in refused.output
-    for each in el9_nodes:
-        assert each.host.run("rpm -q nvidia-open").rc != 0
+    assert_refused_installing_nothing(
+        refused, el9_nodes, f"{node.name}: the node runs the kernel", "Reboot the node into 99."
+    )
 
 
 def test_secure_boot_is_refused_with_the_enrolment_steps(driver, el9_nodes: list[Node]) -> None:
@@ -271,11 +278,12 @@ def test_secure_boot_is_refused_with_the_enrolment_steps(driver, el9_nodes: list
         " && chmod 755 /usr/local/sbin/mokutil"
     )
     refused = driver()
-    assert refused.rc != 0
-    assert f"{node.name}: Secure Boot is enabled" in refused.output
-    assert "mokutil --import /var/lib/dkms/mok.pub" in refused.output
-    for each in el9_nodes:
-        assert each.host.run("rpm -q nvidia-open").rc != 0
+    assert_refused_installing_nothing(
+        refused,
+        el9_nodes,
+        f"{node.name}: Secure Boot is enabled",
+        "mokutil --import /var/lib/dkms/mok.pub",
+    )
 
 
 def test_the_driver_installs_from_its_stream_up_to_the_kernel_check(
