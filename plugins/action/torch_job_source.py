@@ -16,13 +16,13 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 
 
-def _load_torch_job():
-    """plugins/module_utils/torch_job.py, the launcher's logic. Modules get it through
+def _load(stem: str):
+    """plugins/module_utils/<stem>.py: the launcher's logic. Modules get it through
     Ansible's module_utils path; a controller-side plugin of a project that is not a
     collection loads it from beside itself."""
-    name = "torch_cluster_module_utils_torch_job"
+    name = f"torch_cluster_module_utils_{stem}"
     if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / "torch_job.py"
+        path = Path(__file__).resolve().parents[1] / "module_utils" / f"{stem}.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up there
@@ -30,12 +30,13 @@ def _load_torch_job():
     return sys.modules[name]
 
 
-torch_job = _load_torch_job()
+torch_job = _load("torch_job")
+torch_job_stall = _load("torch_job_stall")
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("code_dir", "script", "data_src", "inputs"))
+    _VALID_ARGS = frozenset(("code_dir", "script", "data_src", "inputs", "flight_recorder_dir"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -61,5 +62,9 @@ class ActionModule(ActionBase):
             code_digest=torch_job.tree_digest(code_dir),
             data_names=data_names,
             data_digest=torch_job.subtrees_digest(data_src, data_names) if data_src else "",
+            # NCCL's flight recorder on every job, dumping into that folder on each node.
+            flight_recorder_env=torch_job_stall.flight_recorder_env(args["flight_recorder_dir"])
+            if args.get("flight_recorder_dir")
+            else {},
         )
         return result

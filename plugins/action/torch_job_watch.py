@@ -24,7 +24,9 @@ TIMEOUT_GRACE_S = 60
 # before the job is taken for unwatchable.
 MASTER_MISSES = 2
 # Arguments of the action itself; the rest go to the module.
-OWN_ARGS = ("job_id", "interval", "timeout", "startup_timeout", "started")
+OWN_ARGS = ("job_id", "interval", "timeout", "startup_timeout", "started", "copies")
+# What the module's last round returned that the watch's result leaves out.
+DROPPED = ("invocation", "changed")
 # Slurm job states of a job that waits to run.
 QUEUED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
@@ -43,21 +45,40 @@ def _unstarted(started_units: dict) -> dict:
     }
     if not unstarted:
         return {}
+    # A node that did not answer is lost (a replacement or fewer nodes may still run the job).
+    lost = [name for name in unstarted if started_units[name].get("unreachable")]
     nodes = {
-        name: {"state": "failed", "detail": f"its unit did not start: {why}", "ended": 0}
+        name: {
+            "state": "unreachable" if name in lost else "failed",
+            "detail": f"its unit did not start: {why}",
+            "ended": 0,
+        }
         for name, why in unstarted.items()
     }
     return {
         "job": "failed",
         "nodes": nodes,
         "failed_nodes": list(unstarted),
-        "unreachable_nodes": [],
+        "unreachable_nodes": lost,
         "tails": {},
         "training_started": False,
         "started_at": time.time(),
         "seconds": 0.0,
         "progress": "",
         "error": "",
+    }
+
+
+def _unwatchable(master: str, seen: dict) -> dict:
+    """The watch's result when the master could not be asked (it stopped answering, or the
+    module failed there)."""
+    return {
+        "job": "unwatchable",
+        "nodes": {master: {"state": "unreachable", "detail": seen.get("msg", "")}},
+        "failed_nodes": [master],
+        "unreachable_nodes": [master] if seen.get("unreachable") else [],
+        "tails": {},
+        "error": seen.get("msg", "the master did not answer"),
     }
 
 
@@ -82,6 +103,36 @@ class _QueueClock:
         if (seen.get("slurm") or {}).get("state", "") in QUEUED:
             self.seconds += now - self._last
         self._last = now
+
+
+class _Copier:
+    """Without a shared folder: every `interval` seconds while the job runs, the master's
+    settled output files go to other nodes (torch_job_sync phase=during), so that losing the
+    master loses no more than one interval of checkpoints. Each copy's figures are kept."""
+
+    KEPT = ("seconds", "bytes", "files", "holders", "problems", "msg")
+
+    def __init__(self, copies: dict, action: ActionBase, task_vars: dict) -> None:
+        self.args = {key: copies[key] for key in ("folder", "nodes", "copies") if key in copies}
+        self.interval = float(copies.get("interval") or 0)
+        self.action, self.task_vars = action, task_vars
+        self.next = time.monotonic() + self.interval
+        self.done: list[dict] = []
+
+    def tick(self) -> None:
+        if not self.interval or time.monotonic() < self.next:
+            return
+        try:
+            done = self.action._execute_module(
+                module_name="torch_job_sync",
+                module_args={**self.args, "phase": "during"},
+                task_vars=self.task_vars,
+            )
+        except AnsibleConnectionFailure as err:
+            done = {"failed": True, "msg": str(err)}
+        kept = {key: done[key] for key in self.KEPT if key in done}
+        self.done.append({"at": round(time.time(), 1), **kept})
+        self.next = time.monotonic() + self.interval
 
 
 class ActionModule(ActionBase):
@@ -109,7 +160,11 @@ class ActionModule(ActionBase):
         # Rank 0's output of this attempt starts where the master's log ended before it.
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
-        progress, latest, progress_seen, misses = "", "", False, 0
+        progress, latest, progress_seen, misses, quiet = "", "", False, 0, 0.0
+        # Without a shared folder, the master's settled files are copied to other nodes
+        # while the job runs (torch_job_sync phase=during), so that losing the master
+        # loses no more than one interval of checkpoints.
+        copier = _Copier(own["copies"] or {}, self, task_vars)
         # Through Slurm the job may wait in the queue first: that time counts neither
         # towards its time limit nor towards its start-up.
         queue = _QueueClock()
@@ -117,7 +172,7 @@ class ActionModule(ActionBase):
             try:
                 seen = self._execute_module(
                     module_name="torch_job_watch",
-                    module_args={**args, "offset": offset, "wait": interval},
+                    module_args={**args, "offset": offset, "wait": interval, "quiet_for": quiet},
                     task_vars=task_vars,
                 )
             except AnsibleConnectionFailure as err:
@@ -125,22 +180,14 @@ class ActionModule(ActionBase):
             if seen.get("unreachable") or seen.get("failed"):
                 misses += 1
                 if seen.get("failed") or misses >= MASTER_MISSES:
-                    unreachable = [master] if seen.get("unreachable") else []
-                    seen = {
-                        "job": "unwatchable",
-                        "nodes": {master: {"state": "unreachable", "detail": seen.get("msg", "")}},
-                        "failed_nodes": [master],
-                        "unreachable_nodes": unreachable,
-                        "tails": {},
-                        "error": seen.get("msg", "the master did not answer"),
-                    }
+                    seen = _unwatchable(master, seen)
                     break
                 self._reset_connection()
                 continue
             misses = 0
             queue.tick(seen)
             elapsed = time.monotonic() - started - queue.seconds
-            offset = seen["offset"]
+            offset, quiet = seen["offset"], float(seen.get("quiet_for") or 0)
             if seen["progress"]:
                 progress, progress_seen = seen["progress"], True
             # Without a progress line yet, rank 0's latest line shows the job is alive.
@@ -148,16 +195,17 @@ class ActionModule(ActionBase):
             if seen["job"] != "running":
                 break
             shown = _shown(seen, progress or latest or "running (no output from rank 0 yet)")
+            if quiet >= max(2 * interval, 60):
+                shown += f" (rank 0 quiet for {quiet:.0f} s)"
             display.display(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
+            copier.tick()
             if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
                 seen["job"] = "timed out"
                 seen["error"] = f"the units still ran {TIMEOUT_GRACE_S} s after the time limit"
                 break
 
         seconds = time.monotonic() - started - queue.seconds
-        seen.pop("invocation", None)
-        seen.pop("changed", None)
-        result.update(seen)
+        result.update({key: value for key, value in seen.items() if key not in DROPPED})
         result.update(
             changed=False,
             failed=False,
@@ -168,8 +216,9 @@ class ActionModule(ActionBase):
             # A failure after the first progress line, or after the start-up window, is a
             # failure of training: worth a restart from the checkpoint. One before is not.
             training_started=progress_seen or seconds >= startup_timeout,
+            error=seen.get("error", ""),
+            copies_during=copier.done,
         )
-        result.setdefault("error", "")
         return result
 
     def _reset_connection(self) -> None:

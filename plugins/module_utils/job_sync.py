@@ -26,7 +26,8 @@ Listing = Mapping[str, Sequence[int]]
 LIST_SCRIPT = """
 import json, os, stat, sys
 root, files = sys.argv[1], {}
-for folder, _, names in os.walk(root):
+for folder, dirs, names in os.walk(root):
+    dirs[:] = [name for name in dirs if name != ".torch-cluster-incoming"]
     for name in names:
         path = os.path.join(folder, name)
         try:
@@ -37,6 +38,36 @@ for folder, _, names in os.walk(root):
             files[os.path.relpath(path, root)] = [found.st_size, found.st_mtime_ns]
 print(json.dumps(files))
 """
+
+
+# Copies made while a job runs land here on the receiver first, and move into place only
+# when their source did not change while they travelled (never a torn checkpoint).
+INCOMING = ".torch-cluster-incoming"
+
+# Run with python3 on a receiver: move the named files from INCOMING into place, drop the rest.
+SETTLE_SCRIPT = """
+import json, os, shutil, sys
+root, keep = sys.argv[1], set(json.loads(sys.stdin.read()))
+incoming = os.path.join(root, ".torch-cluster-incoming")
+for path in keep:
+    target = os.path.join(root, path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.replace(os.path.join(incoming, path), target)
+shutil.rmtree(incoming, ignore_errors=True)
+"""
+
+
+def settled_files(listing: Listing, now_ns: int, settle_s: float) -> dict[str, list[int]]:
+    """The files of a listing not modified in the last `settle_s` seconds: a file being
+    written now is left for a later copy."""
+    limit = now_ns - int(settle_s * 1e9)
+    return {path: list(value) for path, value in listing.items() if value[1] <= limit}
+
+
+def unchanged(before: Listing, after: Listing, paths: Sequence[str]) -> list[str]:
+    """The paths whose size and modification time are the same in both listings: their copy
+    read one version of the file."""
+    return [p for p in paths if p in after and list(after[p]) == list(before.get(p) or [])]
 
 
 def newest_copies(listings: Mapping[str, Listing], order: Sequence[str]) -> dict[str, list[str]]:

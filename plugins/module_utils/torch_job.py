@@ -154,6 +154,8 @@ JOB_FAILED = "failed"
 JOB_STOPPED = "stopped"  # by playbooks/stop.yml
 JOB_TIMED_OUT = "timed out"
 JOB_UNWATCHABLE = "unwatchable"  # the master could not be asked
+# Rank 0 printed nothing for train_stall_timeout seconds while every unit ran.
+JOB_STALLED = "stalled"
 
 
 @dataclass(frozen=True)
@@ -196,12 +198,14 @@ def watch_round(
     unreachable_polls: int = 2,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stalled: Callable[[], bool] = lambda: False,
 ) -> Round:
     """Poll every node until the job ends, or `wait` seconds pass.
 
     A node that does not answer `unreachable_polls` polls in a row is taken for dead. A
     round does not end while a node has missed fewer polls than that: it is decided
-    first, so that the count never restarts from zero in a new round."""
+    first, so that the count never restarts from zero in a new round. A job that runs on
+    every node but `stalled()` holds for (rank 0 silent too long) ends the round as stalled."""
     misses: dict[str, int] = {}
     deadline = clock() + wait
     polls = 0
@@ -221,6 +225,8 @@ def watch_round(
         )
         if undecided and verdict.job == JOB_SUCCEEDED:
             verdict = Verdict(JOB_RUNNING)
+        if verdict.job == JOB_RUNNING and not undecided and stalled():
+            verdict = Verdict(JOB_STALLED)
         if verdict.job != JOB_RUNNING or (clock() >= deadline and not undecided):
             return Round(verdict, states, polls)
         sleep(poll)
@@ -299,6 +305,40 @@ def scan_log(
     except OSError:
         pass
     return LogScan(progress, last, offset)
+
+
+class RankZeroLog:
+    """Rank 0's part of the master's log, read a little at each poll: the newest progress
+    line, the newest line, and how long rank 0 has been quiet (for the stall watchdog).
+    `quiet_for`: how long it had been quiet already when this reading began."""
+
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        matches: Callable[[str], bool],
+        quiet_for: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path, self.offset, self.matches, self.clock = path, offset, matches, clock
+        self.progress = self.last_line = ""
+        self.last_output = clock() - quiet_for
+
+    def read(self) -> None:
+        scan = scan_log(self.path, self.offset, self.matches)
+        self.offset = scan.offset
+        if scan.last_line:
+            self.last_line, self.last_output = scan.last_line, self.clock()
+        if scan.progress:
+            self.progress = scan.progress
+
+    def quiet_for(self) -> float:
+        return self.clock() - self.last_output
+
+    def stalled(self, timeout: float) -> bool:
+        """Read on; whether rank 0 has been quiet for `timeout` seconds (0: never)."""
+        self.read()
+        return timeout > 0 and self.quiet_for() >= timeout
 
 
 def last_lines(text: str, lines: int) -> str:
@@ -586,7 +626,15 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
     nproc = str(inputs.get("nproc", "auto"))
     if not NPROC.match(nproc):
         problems.append(f"nproc must be a positive integer or auto (got {nproc!r})")
-    for name in ("train_timeout", "train_max_restarts", "train_startup_timeout"):
+    numbers = (
+        "train_timeout",
+        "train_max_restarts",
+        "train_startup_timeout",
+        "train_min_nodes",
+        "train_stall_timeout",
+        "train_output_copy_interval",
+    )
+    for name in numbers:
         if name not in inputs:
             continue
         value = str(inputs[name])
@@ -613,7 +661,7 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
                 f"train_result_files must be relative to the output folder and stay in it "
                 f"(got {pattern!r})"
             )
-    problems += launch_problems(inputs) + output_problems(inputs)
+    problems += launch_problems(inputs) + output_problems(inputs) + node_loss_problems(inputs)
     regex = str(inputs.get("train_progress_regex", ""))
     if regex:
         try:
@@ -637,6 +685,46 @@ def output_problems(inputs: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"train_shared_dir must be auto, empty, or an absolute path (got {shared!r})"
         )
+    return problems
+
+
+def node_loss_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """train_min_nodes and train_spare_group against the training group."""
+    problems = []
+    nodes = list(inputs.get("nodes", []))
+    group = str(inputs.get("train_spare_group", ""))
+    spare_hosts = inputs.get("spare_hosts")
+    spares = [name for name in nodes if name in (spare_hosts or [])]
+    if group and spare_hosts is None:
+        problems.append(f"train_spare_group names {group!r}, which is not a group of the inventory")
+    elif group:
+        outside = [name for name in spare_hosts or [] if name not in nodes]
+        if outside:
+            problems.append(
+                f"the spares {', '.join(outside)} of train_spare_group {group!r} are not in the "
+                f"training group ({', '.join(nodes)}): a spare must be in it too, so that "
+                "playbooks/provision.yml provisions it and every node trusts it"
+            )
+        if nodes and len(spares) == len(nodes):
+            problems.append(
+                f"every node of the training group is a spare (train_spare_group {group!r}): "
+                "the job would start on none"
+            )
+    minimum = str(inputs.get("train_min_nodes", "0"))
+    size = len(nodes) - len(spares)
+    if minimum.isdigit() and int(minimum) > size:
+        problems.append(
+            f"train_min_nodes ({minimum}) is more than the {size} node(s) the job starts on"
+        )
+    uses = (minimum.isdigit() and int(minimum) > 0) or bool(group)
+    if uses and str(inputs.get("train_launcher", "systemd")) == "slurm":
+        problems.append(
+            "train_min_nodes and train_spare_group work with train_launcher=systemd: through "
+            "Slurm, a job runs on the nodes Slurm gives it (see Slurm's --requeue)"
+        )
+    nofile = str(inputs.get("train_limit_nofile", "1"))
+    if not nofile.isdigit() or int(nofile) < 1:
+        problems.append(f"train_limit_nofile must be a whole number, 1 or more (got {nofile!r})")
     return problems
 
 
@@ -682,6 +770,18 @@ class Attempt:
     # Without a shared folder: what keeping the output folders in step cost before and after
     # the attempt (torch_job_sync's seconds, bytes, files, transfers, by phase).
     sync: dict[str, Any] = field(default_factory=dict)
+    # The attempt's nodes in rank order; the nodes it lost (name -> why), the spares that took
+    # their places (lost -> spare), and the next attempt's nodes (when it restarts).
+    nodes_used: list[str] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)
+    replaced: dict[str, str] = field(default_factory=dict)
+    next_nodes: list[str] = field(default_factory=list)
+    # Where its rank 0 found the job's files (its checkpoint) at the start.
+    resumed_from: str = ""
+    # A stalled attempt: where each rank was (torch_job_stall.stall_outliers) and the stacks.
+    stall: dict[str, Any] = field(default_factory=dict)
+    # Copies of the master's output folder made while it ran (no shared folder).
+    copies_during: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -740,26 +840,40 @@ def time_left(timeout: int, started_at: float, now: float) -> int:
 
 
 def decide_restart(
-    attempt: Attempt, max_restarts: int, startup_timeout: int, seconds_left: int = -1
+    attempt: Attempt,
+    max_restarts: int,
+    startup_timeout: int,
+    seconds_left: int = -1,
+    lost_why_not: str | None = None,
 ) -> str | None:
-    """None when the job should start again, else why not: the first rule that holds."""
+    """None when the job should start again, else why not: the first rule that holds.
+
+    `lost_why_not`: for an attempt that lost nodes (attempt.left), why the job cannot go on
+    without them ("" when it can, job_nodes.plan_nodes); None: it cannot, for the default
+    reason."""
+    lost = bool(attempt.left or attempt.unreachable_nodes)
+    if lost_why_not is None:
+        lost_why_not = (
+            f"{', '.join(attempt.left or attempt.unreachable_nodes)} stopped answering: the job "
+            "does not restart on fewer nodes"
+        )
+    master_lost = attempt.outcome == JOB_UNWATCHABLE and bool(attempt.unreachable_nodes)
     rules = (
         (attempt.outcome == JOB_SUCCEEDED, "it succeeded"),
         (attempt.outcome == JOB_STOPPED, "it was stopped by playbooks/stop.yml"),
         (attempt.outcome == JOB_TIMED_OUT, "its time limit (train_timeout) ran out"),
-        (attempt.outcome == JOB_UNWATCHABLE, "the master could not be watched"),
-        (max_restarts == 0, "train_max_restarts is 0"),
         (
-            bool(attempt.unreachable_nodes),
-            f"{', '.join(attempt.unreachable_nodes)} stopped answering: the job does not restart "
-            "on fewer nodes",
+            attempt.outcome == JOB_UNWATCHABLE and not master_lost,
+            "the master could not be watched",
         ),
+        (max_restarts == 0, "train_max_restarts is 0"),
+        (lost and bool(lost_why_not), lost_why_not),
         (
             bool(attempt.teardown_problems),
             "the nodes are not clean after the stop: " + "; ".join(attempt.teardown_problems),
         ),
         (
-            not attempt.training_started,
+            not attempt.training_started and not lost,
             "it failed at start-up (before rank 0 printed a progress line, within "
             f"train_startup_timeout={startup_timeout} s): a restart would fail the same way",
         ),
@@ -772,12 +886,31 @@ def decide_restart(
     return next((why for holds, why in rules if holds), None)
 
 
+def stall_report(stall: Mapping[str, Any]) -> list[str]:
+    """The lines of the message on a stalled attempt: how long rank 0 was quiet, where the
+    ranks were, and where their stacks are."""
+    lines = [
+        f"Rank 0 printed nothing for {stall.get('quiet_for', 0):.0f} s "
+        f"(train_stall_timeout={stall.get('timeout', 0)}) while every node's unit ran."
+    ]
+    if stall.get("summary"):
+        lines.append(f"Where the ranks were: {stall['summary']}")
+    if stall.get("folder"):
+        lines.append(
+            f"Every rank's Python stacks (py-spy) and NCCL's flight recorder: {stall['folder']}/"
+        )
+    return lines
+
+
 def describe_attempt(attempt: Attempt) -> str:
     """One line: how an attempt ended, the first failure first."""
     if attempt.outcome == JOB_SUCCEEDED:
         return f"attempt {attempt.number}: succeeded after {attempt.seconds:.0f} s"
     if attempt.outcome == JOB_UNWATCHABLE:
         return f"attempt {attempt.number}: the master could not be watched: {attempt.error}"
+    if attempt.outcome == JOB_STALLED:
+        where = attempt.stall.get("summary") or "no stacks could be collected"
+        return f"attempt {attempt.number}: stalled after {attempt.seconds:.0f} s: {where}"
     first = attempt.first_failure
     if first:
         others = len(attempt.failures) - 1
@@ -787,7 +920,35 @@ def describe_attempt(attempt: Attempt) -> str:
     return f"attempt {attempt.number}: {attempt.outcome} after {attempt.seconds:.0f} s: {what}"
 
 
+def node_changes(attempt: Attempt) -> list[str]:
+    """Sentences on the nodes an attempt lost and what takes their places."""
+    lines = [
+        f"{name} left the job ({why})"
+        + (
+            f"; the spare {attempt.replaced[name]} takes its place"
+            if name in attempt.replaced
+            else ""
+        )
+        for name, why in attempt.left.items()
+    ]
+    if attempt.left and attempt.next_nodes:
+        master = attempt.next_nodes[0]
+        changed = " (a new master)" if attempt.nodes_used[:1] != [master] else ""
+        lines.append(
+            f"The next attempt runs on {', '.join(attempt.next_nodes)} "
+            f"({len(attempt.next_nodes)} of {len(attempt.nodes_used)} node(s), master "
+            f"{master}{changed}); {', '.join(attempt.left)} will not be used again in this job"
+        )
+    return lines
+
+
 def restart_message(job_id: str, attempt: Attempt, max_restarts: int) -> str:
+    if attempt.left:
+        changes = ". ".join(node_changes(attempt))
+        return (
+            f"Job {job_id}: {describe_attempt(attempt)}. {changes}. Restarting the job from the "
+            f"newest checkpoint copy (restart {attempt.number} of {max_restarts})."
+        )
     return (
         f"Job {job_id}: {describe_attempt(attempt)}. Every node answers and is clean: restarting "
         f"the whole job from its checkpoint (restart {attempt.number} of {max_restarts})."
@@ -811,17 +972,20 @@ def final_message(
         JOB_STOPPED: "was stopped by playbooks/stop.yml",
         JOB_TIMED_OUT: f"timed out after {timeout} s",
         JOB_UNWATCHABLE: "could not be watched",
+        JOB_STALLED: "stalled",
     }.get(last.outcome, "failed")
     answering = " that answers" if last.unreachable_nodes else ""
     lines = [f"Job {job_id} {how}; it is stopped on every node{answering}."]
     if len(attempts) > 1:
         lines.append(f"It was restarted {len(attempts) - 1} time(s); each attempt:")
         lines += [f"  {describe_attempt(a)}" for a in attempts]
-    if last.outcome == JOB_FAILED and max_restarts > 0:
+    if last.outcome in (JOB_FAILED, JOB_STALLED) and (max_restarts > 0 or last.left):
         again = " again" if len(attempts) > 1 else ""
         lines.append(f"Not restarted{again}: {last.not_restarted_because}.")
     if last.outcome == JOB_UNWATCHABLE:
         lines.append(f"The master could not be watched: {last.error}")
+    if last.outcome == JOB_STALLED:
+        lines += stall_report(last.stall)
     if last.outcome == JOB_FAILED:
         failures = [RankFailure(**failure) for failure in last.failures]
         lines += failure_report(failures, last.tails)

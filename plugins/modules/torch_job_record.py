@@ -13,8 +13,15 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.job_nodes import (
+        excluded_nodes,
+        lost_nodes,
+        plan_nodes,
+        resumed_from,
+    )
     from ansible.module_utils.torch_job import (
         JOB_FAILED,
+        JOB_STALLED,
         JOB_SUCCEEDED,
         Attempt,
         decide_restart,
@@ -25,9 +32,17 @@ try:
         teardown_problems,
         time_left,
     )
+    from ansible.module_utils.torch_job_stall import stall_outliers
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_nodes import (
+        excluded_nodes,
+        lost_nodes,
+        plan_nodes,
+        resumed_from,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
         JOB_FAILED,
+        JOB_STALLED,
         JOB_SUCCEEDED,
         Attempt,
         decide_restart,
@@ -37,6 +52,9 @@ except ImportError:
         restart_message,
         teardown_problems,
         time_left,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_stall import (
+        stall_outliers,
     )
 
 DOCUMENTATION = r"""
@@ -49,9 +67,14 @@ description:
   - After a failure, orders every failed process (from torchrun's summaries, which each
     node's stop returned, and the nodes' states) so that the first failure leads, and writes
     them to C(failure.json) beside I(path).
-  - A job restarts when it failed after training had started, it has restarts left, and every
-    node answered the stop and is clean (no process of the job left, the master port free).
-    It never restarts on fewer nodes, after a requested stop, or after its time limit.
+  - A job restarts when it failed or stalled after training had started, it has restarts left,
+    and every node that is still in the job answered the stop and is clean (no process of the
+    job left, the master port free). It never restarts after a requested stop or its time
+    limit.
+  - A node that stopped answering, or failed on hardware (I(hardware)), leaves the job. A
+    spare of I(spares) takes its place, else the job goes on with the nodes left when they
+    number at least I(min_nodes) (job_nodes.plan_nodes). The next attempt's nodes are returned
+    in I(next_nodes); a node that left is not used again.
 options:
   path:
     description: The attempts file; attempt 1 starts it anew.
@@ -97,6 +120,42 @@ options:
     description: What keeping the output folders in step cost (torch_job_sync), by phase.
     type: dict
     default: {}
+  nodes:
+    description: This attempt's nodes, in rank order (the first is the master).
+    type: list
+    elements: str
+    required: true
+  spares:
+    description: The spare nodes (train_spare_group), in inventory order.
+    type: list
+    elements: str
+    default: []
+  min_nodes:
+    description: The fewest nodes the job may go on with after losing some (0 for all of them).
+    type: int
+    default: 0
+  job_size:
+    description: The number of nodes the job started with.
+    type: int
+    required: true
+  hardware:
+    description: The hardware faults found on each failed node that still answered, by name.
+    type: dict
+    default: {}
+  stall:
+    description:
+      - A stalled attempt's stacks (each node's torch_job_stacks result, by name) under
+        C(nodes), with C(timeout), C(quiet_for) and C(folder) (where they are on the controller).
+    type: dict
+    default: {}
+  shared_dir:
+    description: The job's shared folder ("" for none), for where the attempt resumed from.
+    type: str
+    default: ""
+  resumed:
+    description: Whether this attempt continued from the job's files (a restart, or train_resume).
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -116,6 +175,10 @@ runtime_left:
   description: Seconds left of the job's time limit, for the next attempt's units (0 for no limit).
   type: int
   returned: always
+next_nodes:
+  description: The next attempt's nodes in rank order, or this attempt's when it does not restart.
+  type: list
+  returned: always
 attempts:
   description: Every attempt of this run, as recorded.
   type: list
@@ -132,6 +195,35 @@ def write_json(path: str, data: object) -> None:
     os.replace(f"{path}.partial", path)
 
 
+def stall_record(stall: dict) -> dict:
+    """A stalled attempt's record: how long rank 0 was quiet, where the stacks are, and which
+    ranks were elsewhere than the rest (torch_job_stall.stall_outliers over every node's
+    stacks). Written to summary.json beside the stacks too."""
+    frames: dict[int, list | None] = {}
+    errors: dict[int, str] = {}
+    unanswered = []
+    for name, result in (stall.get("nodes") or {}).items():
+        if not isinstance(result, dict) or result.get("skipped") or "ranks" not in result:
+            unanswered.append(name)
+            continue
+        for rank in result["ranks"]:
+            frames[int(rank["rank"])] = rank.get("frames") or None
+            if rank.get("error"):
+                errors[int(rank["rank"])] = f"{name}: {rank['error']}"
+    report = stall_outliers(frames, errors).as_dict()
+    if unanswered:
+        report["summary"] += f"; no stacks from {', '.join(unanswered)}"
+    record = {
+        "timeout": int(stall.get("timeout") or 0),
+        "quiet_for": round(float(stall.get("quiet_for") or 0), 1),
+        "folder": str(stall.get("folder") or ""),
+        **report,
+    }
+    if record["folder"]:
+        write_json(os.path.join(record["folder"], "summary.json"), record)
+    return record
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -146,6 +238,14 @@ def main() -> None:
             "run_dir": {"type": "str", "required": True},
             "stop_hint": {"type": "str", "required": True},
             "sync": {"type": "dict", "default": {}},
+            "nodes": {"type": "list", "elements": "str", "required": True},
+            "spares": {"type": "list", "elements": "str", "default": []},
+            "min_nodes": {"type": "int", "default": 0},
+            "job_size": {"type": "int", "required": True},
+            "hardware": {"type": "dict", "default": {}},
+            "stall": {"type": "dict", "default": {}},
+            "shared_dir": {"type": "str", "default": ""},
+            "resumed": {"type": "bool", "default": False},
         },
         supports_check_mode=False,
     )
@@ -168,7 +268,15 @@ def main() -> None:
         error=watch.get("error", "") or watch.get("msg", ""),
         teardown_problems=problems,
         sync=params["sync"],
+        nodes_used=list(params["nodes"]),
+        copies_during=list(watch.get("copies_during") or []),
     )
+    if params["resumed"] and params["nodes"]:
+        attempt.resumed_from = resumed_from(
+            params["sync"].get("before") or {}, params["nodes"][0], params["shared_dir"]
+        )
+    if attempt.outcome == JOB_STALLED:
+        attempt.stall = stall_record(params["stall"])
     reported = {name: result.get("failures") or [] for name, result in params["teardown"].items()}
     attempt.failures = [f.as_dict() for f in job_failures(attempt.nodes, reported)]
     if attempt.outcome == JOB_SUCCEEDED and problems:
@@ -185,11 +293,26 @@ def main() -> None:
 
     # The time limit holds for the whole job, counted from the first attempt's start.
     seconds_left = time_left(params["timeout"], attempts[0].started_at, time.time())
+    lost = lost_nodes(attempt.nodes_used, attempt.unreachable_nodes, params["hardware"])
+    plan = plan_nodes(
+        attempt.nodes_used,
+        lost,
+        spares=params["spares"],
+        excluded=excluded_nodes([a.as_dict() for a in attempts[:-1]]),
+        job_size=params["job_size"],
+        min_nodes=params["min_nodes"],
+    )
+    attempt.left, attempt.replaced = plan.left, plan.replaced
     why_not = decide_restart(
-        attempt, params["max_restarts"], params["startup_timeout"], seconds_left
+        attempt,
+        params["max_restarts"],
+        params["startup_timeout"],
+        seconds_left,
+        lost_why_not=plan.why_not if lost else None,
     )
     attempt.restarted = why_not is None
     attempt.not_restarted_because = why_not or ""
+    attempt.next_nodes = plan.nodes if attempt.restarted else list(attempt.nodes_used)
     record = {
         "job_id": params["job_id"],
         "max_restarts": params["max_restarts"],
@@ -229,7 +352,8 @@ def main() -> None:
         # The next attempt's time limit: what is left of train_timeout (0 for none).
         runtime_left=max(seconds_left, 0),
         message=message,
-        attempts=record["attempts"],
+        next_nodes=attempt.next_nodes,
+        attempts=[a.as_dict() for a in attempts],
     )
 
 

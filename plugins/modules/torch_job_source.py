@@ -28,6 +28,10 @@ options:
     description: The job's inputs to check (job_id, nproc, train_timeout, train_max_restarts, ...).
     type: dict
     default: {}
+  flight_recorder_dir:
+    description: The folder on the nodes that NCCL's flight recorder dumps into; empty for none.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -42,5 +46,9 @@ data_names:
 data_digest:
   description: sha256 over the data's paths, sizes and modification times.
   type: str
+  returned: success
+flight_recorder_env:
+  description: What turns NCCL's flight recorder on (torch_job_stall.flight_recorder_env).
+  type: dict
   returned: success
 """

@@ -15,22 +15,30 @@ from ansible.module_utils.basic import AnsibleModule
 # torch_cluster.cluster collection.
 try:
     from ansible.module_utils.job_sync import (
+        INCOMING,
         LIST_SCRIPT,
+        SETTLE_SCRIPT,
         after_gathering,
         lacking,
         newest_copies,
         next_round,
         rsync_stats,
+        settled_files,
+        unchanged,
     )
     from ansible.module_utils.torch_job import SSH_OPTIONS, ssh_argv
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_sync import (
+        INCOMING,
         LIST_SCRIPT,
+        SETTLE_SCRIPT,
         after_gathering,
         lacking,
         newest_copies,
         next_round,
         rsync_stats,
+        settled_files,
+        unchanged,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
         SSH_OPTIONS,
@@ -51,12 +59,16 @@ description:
   - C(phase=after) (after an attempt) copies the master's folder to the next I(copies) nodes in
     rank order that answer, so that a lost master loses no file. Its problems are returned,
     never raised.
+  - C(phase=during) (while the job runs, from the watch) copies the master's files that have not
+    changed for I(settle) seconds to the next I(copies) nodes, into a folder of their own on each
+    node first; a file moves into place there only when it did not change while it travelled,
+    so a checkpoint being written is never copied half-written. Problems are returned.
   - No deletion ever travels: a file removed on one node comes back from another.
 options:
   phase:
-    description: before or after an attempt.
+    description: before, during or after an attempt.
     type: str
-    choices: [before, after]
+    choices: [before, during, after]
     required: true
   folder:
     description: The job's output folder (the same path on every node).
@@ -67,9 +79,13 @@ options:
     type: dict
     required: true
   copies:
-    description: With C(phase=after), how many other nodes get the master's folder.
+    description: With C(phase=after) or C(during), how many other nodes get the master's folder.
     type: int
     default: 1
+  settle:
+    description: With C(phase=during), seconds a file must have been left unchanged to travel.
+    type: float
+    default: 5
   timeout:
     description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
     type: int
@@ -157,11 +173,21 @@ class Sync:
                 self.problems.append(f"{name}: its output folder {self.folder} could not be listed")
         return {name: value for name, value in found.items() if value is not None}
 
-    def transfer(self, sender: str, receiver: str, files: list[str] | None = None) -> bool:
+    def transfer(
+        self, sender: str, receiver: str, files: list[str] | None = None, into: str = ""
+    ) -> bool:
         """Send the folder (or the files listed, relative to it) from sender to receiver; the
-        command runs on the master or on the sender."""
+        command runs on the master or on the sender. `into`: a folder under the receiver's
+        output folder, for the master's files sent while the job runs."""
         started = time.monotonic()
-        if files is not None:  # a fetch to the master
+        if into:
+            argv = rsync(
+                self.timeout,
+                "--files-from=-",
+                f"{self.folder}/",
+                f"{self.nodes[receiver]}:{self.folder}/{into}/",
+            )
+        elif files is not None:  # a fetch to the master
             argv = rsync(
                 self.timeout,
                 "--files-from=-",
@@ -220,6 +246,33 @@ class Sync:
             rounds += 1
         return {"rounds": rounds, "holders": have[1:]}
 
+    def during(self, copies: int, settle: float) -> dict:
+        """While the job runs: the master's files not modified for `settle` seconds, to the
+        next `copies` nodes, through their INCOMING folder; a file that changed while it
+        travelled is dropped there, and the receiver keeps its older copy."""
+        names = [self.master, *[name for name in self.order[1:]][:copies]]
+        listings = self.list_all(names)
+        wanted = settled_files(listings.get(self.master) or {}, time.time_ns(), settle)
+        holders: list[str] = []
+        for name in names[1:]:
+            if name not in listings:
+                continue
+            paths = sorted(p for p, v in wanted.items() if listings[name].get(p) != v)
+            if paths and not self.transfer(self.master, name, paths, INCOMING):
+                continue
+            if paths:
+                now = self.list_all([self.master]).get(self.master) or {}
+                keep = unchanged(wanted, now, paths)
+                done = run(
+                    ssh_argv(self.nodes[name], ["python3", "-c", SETTLE_SCRIPT, self.folder]),
+                    json.dumps(keep),
+                )
+                if done.returncode != 0:
+                    self.problems.append(f"{name}: the copies could not be moved into place")
+                    continue
+            holders.append(name)
+        return {"rounds": 1 if self.transfers else 0, "holders": holders}
+
     def after(self, copies: int) -> dict:
         listings = self.list_all(self.order)
         wanted = listings.get(self.master) or {}
@@ -248,11 +301,12 @@ class Sync:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "phase": {"type": "str", "required": True, "choices": ["before", "after"]},
+            "phase": {"type": "str", "required": True, "choices": ["before", "during", "after"]},
             "folder": {"type": "path", "required": True},
             "nodes": {"type": "dict", "required": True},
             "copies": {"type": "int", "default": 1},
             "timeout": {"type": "int", "default": 60},
+            "settle": {"type": "float", "default": 5},
         },
         supports_check_mode=False,
     )
@@ -261,7 +315,12 @@ def main() -> None:
         module.fail_json(msg="nodes must name at least the master")
     started = time.monotonic()
     sync = Sync(p)
-    found = sync.before() if p["phase"] == "before" else sync.after(p["copies"])
+    if p["phase"] == "before":
+        found = sync.before()
+    elif p["phase"] == "during":
+        found = sync.during(p["copies"], p["settle"])
+    else:
+        found = sync.after(p["copies"])
     result = {
         "changed": bool(sync.transfers),
         "seconds": round(time.monotonic() - started, 2),

@@ -19,11 +19,11 @@ try:
         UNIT_PROPERTIES,
         UNREACHABLE,
         NodeState,
+        RankZeroLog,
         first_failure,
         last_lines,
         parse_properties,
         progress_matcher,
-        scan_log,
         ssh_argv,
         unit_state,
         watch_round,
@@ -40,11 +40,11 @@ except ImportError:
         UNIT_PROPERTIES,
         UNREACHABLE,
         NodeState,
+        RankZeroLog,
         first_failure,
         last_lines,
         parse_properties,
         progress_matcher,
-        scan_log,
         ssh_argv,
         unit_state,
         watch_round,
@@ -103,6 +103,16 @@ options:
     description: Seconds between two polls of every node.
     type: float
     default: 2
+  stall_timeout:
+    description:
+      - The job has stalled when every node's unit runs and rank 0 has written no line for
+        this many seconds (0 never). Rank 0's log is read at every poll.
+    type: float
+    default: 0
+  quiet_for:
+    description: Seconds rank 0 had been quiet when this round begins (the last round's quiet_for).
+    type: float
+    default: 0
   stop_marker:
     description: File that playbooks/stop.yml leaves when it stops the job.
     type: path
@@ -122,7 +132,7 @@ options:
 
 RETURN = r"""
 job:
-  description: running, succeeded, failed, stopped (by stop.yml) or timed out.
+  description: running, succeeded, failed, stopped (by stop.yml), timed out or stalled.
   type: str
   returned: always
 nodes:
@@ -152,6 +162,10 @@ last_line:
 offset:
   description: Where the next round's reading starts.
   type: int
+  returned: always
+quiet_for:
+  description: Seconds since rank 0's newest line (or since the attempt began).
+  type: float
   returned: always
 slurm:
   description: The Slurm job's state, reason and batch host, when I(slurm_job_id) is set.
@@ -251,6 +265,8 @@ def main() -> None:
             "tail_lines": {"type": "int", "default": 30},
             "wait": {"type": "float", "default": 25},
             "poll": {"type": "float", "default": 2},
+            "stall_timeout": {"type": "float", "default": 0},
+            "quiet_for": {"type": "float", "default": 0},
             "stop_marker": {"type": "path", "required": True},
             "slurm_job_id": {"type": "str", "default": ""},
             "slurm_output": {"type": "str", "default": ""},
@@ -275,11 +291,18 @@ def main() -> None:
         if params["slurm_job_id"]:
             poll_all, slurm = slurm_poller(params, addresses, names)
 
+        rank0 = RankZeroLog(
+            params["log"],
+            params["offset"],
+            progress_matcher(params["progress_prefixes"], params["progress_regex"]),
+            params["quiet_for"],
+        )
         seen = watch_round(
             poll_all,
             lambda: os.path.exists(params["stop_marker"]),
             wait=params["wait"],
             poll=params["poll"],
+            stalled=lambda: rank0.stalled(params["stall_timeout"]),
         )
         bad = first_failure(seen.states, seen.verdict.bad_nodes)
         unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]
@@ -290,11 +313,7 @@ def main() -> None:
         )
         tails = dict(zip(readable, logs))
 
-    scan = scan_log(
-        params["log"],
-        params["offset"],
-        progress_matcher(params["progress_prefixes"], params["progress_regex"]),
-    )
+    rank0.read()
     module.exit_json(
         changed=False,
         job=seen.verdict.job,
@@ -303,9 +322,10 @@ def main() -> None:
         unreachable_nodes=unreachable,
         stop_requested=os.path.exists(params["stop_marker"]),
         tails=tails,
-        progress=scan.progress,
-        last_line=scan.last_line,
-        offset=scan.offset,
+        progress=rank0.progress,
+        last_line=rank0.last_line,
+        offset=rank0.offset,
+        quiet_for=round(rank0.quiet_for(), 1),
         polls=seen.polls,
         slurm={
             key: slurm.get(field, "")

@@ -27,6 +27,7 @@ from sandbox_nodes import LISTENER_SCRIPT, RANDOM_PORTS, Listen, Listener, Node,
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 OUTSIDER_GROUP = "sandbox_outsiders"
+EXTRA_GROUP = "extra_nodes"
 
 
 @functools.cache
@@ -88,6 +89,15 @@ def outsider() -> Node:
     """A host on the members' network that is not a member."""
     names = _group(OUTSIDER_GROUP)
     assert names, f"the scenario needs a host in {OUTSIDER_GROUP}"
+    return _node(names[0])
+
+
+@pytest.fixture(scope="session")
+def extra_node() -> Node:
+    """A node on the members' network, not in the training group, that the tests of lost
+    nodes and spares add to it (and provision)."""
+    names = _group(EXTRA_GROUP)
+    assert names, f"the scenario needs a host in {EXTRA_GROUP}"
     return _node(names[0])
 
 

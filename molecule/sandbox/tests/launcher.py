@@ -86,9 +86,11 @@ class Playbook:
         )
         return Outcome(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
-    def start(self, name: str, extra_vars: dict[str, Any]) -> Running:
+    def start(
+        self, name: str, extra_vars: dict[str, Any], inventories: tuple[Path, ...] = ()
+    ) -> Running:
         process = subprocess.Popen(
-            self.command(name, extra_vars),
+            self.command(name, extra_vars, inventories),
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,255 @@
+"""Jobs that survive a stall, a lost node, a lost master; spares; and the limit of all that.
+
+The module adds the scenario's extra node (node2) to the training group through a second
+inventory and provisions it once, so that the jobs here run on three nodes (or on two with a
+spare). Faults are real: a node is taken off the network, the master's container is stopped,
+and one rank of a script sleeps outside the all_reduce that the others wait in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from launcher import PROJECT_DIR, Job, Playbook, attempts, job_vars, metrics
+from sandbox_nodes import Node
+
+SCRIPTS = Path(__file__).parent / "scripts"
+EXAMPLES = PROJECT_DIR / "train" / "examples"
+# Long enough on the sandbox (about 2 s an epoch on three nodes) that a fault lands mid-run.
+JOB = ["--epochs", "10", "--model", "cnn", "--batch-size", "16", "--log-interval", "0"]
+STALL_TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def three_nodes(
+    inventory_file: Path, members: list[Node], extra_node: Node, tmp_path_factory
+) -> dict[str, Path]:
+    """Inventories that add the extra node to the training group: "all" (node0, node1, node2;
+    node2 stays in extra_nodes, which a test names as the spare group), "master_last" (a group
+    node1_first of node1, node0, node2: the master is not the shared folder's server). The
+    extra node is provisioned with them once."""
+    folder = tmp_path_factory.mktemp("inventories")
+    names = [node.name for node in members]
+    extra = extra_node.name
+    master_last = [names[1], names[0], extra]
+    inventories = {
+        "all": {"gpu_nodes": {"hosts": {extra: {}}}},
+        "master_last": {"node1_first": {"hosts": {name: {} for name in master_last}}},
+    }
+    paths = {}
+    for name, content in inventories.items():
+        paths[name] = folder / f"{name}.yml"
+        paths[name].write_text(yaml.safe_dump(content))
+    provision = Playbook(inventory_file, folder / "runs")
+    outcome = provision.run("provision.yml", {}, inventories=(paths["all"],), timeout=900)
+    assert outcome.rc == 0, outcome.output[-3000:]
+    return paths
+
+
+@pytest.fixture
+def cluster(members: list[Node], extra_node: Node) -> list[Node]:
+    return [*members, extra_node]
+
+
+def attempt_logs(log: str) -> list[str]:
+    """The log split at the launcher's header of each attempt."""
+    return re.split(r"^=== torch-cluster: job .* attempt \d+,.*$", log, flags=re.MULTILINE)[1:]
+
+
+def no_processes(job: Job, nodes: list[Node]) -> dict[str, list[str]]:
+    return {node.name: job.processes(node) for node in nodes}
+
+
+@pytest.fixture
+def replug_cleanup(playbook: Playbook, job: Job, three_nodes: dict[str, Path]) -> Iterator[None]:
+    """After a test that cut a node off: its part of the job is stopped the documented way."""
+    yield
+    stopped = playbook.run("stop.yml", {"job_id": job.job_id}, inventories=(three_nodes["all"],))
+    assert stopped.rc == 0, stopped.output
+
+
+def test_a_lost_worker_is_left_out_and_the_job_resumes_on_the_others(
+    playbook: Playbook,
+    job: Job,
+    cluster: list[Node],
+    three_nodes: dict[str, Path],
+    replug_cleanup: None,
+) -> None:
+    node0, node1, node2 = cluster
+    extra = job_vars(job, *JOB, train_min_nodes=2, train_max_restarts=1)
+    running = playbook.start("train.yml", extra, inventories=(three_nodes["all"],))
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: epoch 2/10 ")
+        with node2.unplugged():
+            lost = time.monotonic()
+            job.wait_for_log(node0, r"continuing at epoch", timeout=180, interval=0.5)
+            back = time.monotonic() - lost
+            outcome = running.wait(timeout=300)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    assert "node2 left the job (stopped answering)" in outcome.output
+    assert "The next attempt runs on node0, node1 (2 of 3 node(s), master node0)" in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["nodes_used"] == ["node0", "node1", "node2"]
+    assert first["left"] == {"node2": "stopped answering"}
+    assert first["restarted"]
+    assert first["next_nodes"] == ["node0", "node1"]
+    assert second["nodes_used"] == ["node0", "node1"]
+    assert second["outcome"] == "succeeded"
+    assert second["resumed_from"] == "the shared folder /shared"
+    log = attempt_logs(job.log(node0))[-1]
+    assert "start world_size=2 " in log
+    resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
+    assert resumed >= 3, "it did not resume from the checkpoint"
+    assert metrics(playbook, job)["epochs_completed"] == 10
+    assert back < 120, f"training ran again {back:.0f} s after the loss"
+    print(f"lost worker: rank 0 resumed {back:.1f} s after node2 was unplugged")
+    assert no_processes(job, [node0, node1]) == {"node0": [], "node1": []}
+
+
+def test_a_lost_master_hands_over_to_the_next_node_and_its_checkpoint_copy(
+    playbook: Playbook, cluster: list[Node], three_nodes: dict[str, Path]
+) -> None:
+    """The tutorial's script: global rank 0 saves snapshot.pt in the current folder, every
+    rank loads it at start. No shared folder: the launcher copies rank 0's files to the next
+    node while the job runs. The master, node1, is stopped like a power loss."""
+    node0, node1, _ = cluster
+    job = Job(f"test-{secrets.token_hex(4)}", shared="")
+    extra = job_vars(
+        job,
+        train_code_dir=str(EXAMPLES),
+        train_script="snapshot_ddp.py",
+        train_script_args=["12", "1", "--dataset_size", "40000"],
+        train_shared_dir="",
+        train_output_copy_interval=3,
+        train_min_nodes=2,
+        train_max_restarts=1,
+        cluster_group="node1_first",
+    )
+    running = playbook.start("train.yml", extra, inventories=(three_nodes["master_last"],))
+    try:
+        job.wait_for_log(node1, r"^\[rank0\]: Epoch 3 \| Training snapshot saved")
+        time.sleep(4)  # one copy while it runs
+        with node1.stopped():
+            stopped = time.monotonic()
+            job.wait_for_log(node0, r"Resuming training from snapshot", timeout=180, interval=0.5)
+            back = time.monotonic() - stopped
+            outcome = running.wait(timeout=300)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    assert "node1 left the job (stopped answering)" in outcome.output
+    assert "master node0 (a new master)" in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["outcome"] == "unwatchable"
+    assert first["left"] == {"node1": "stopped answering"}
+    assert any(copy.get("holders") == ["node0"] for copy in first["copies_during"]), first
+    assert second["nodes_used"] == ["node0", "node2"]
+    assert second["outcome"] == "succeeded"
+    log = attempt_logs(job.log(node0))[-1]
+    resumed = {
+        int(rank): int(epoch)
+        for rank, epoch in re.findall(
+            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", log, re.M
+        )
+    }
+    assert resumed.get(0, 0) >= 3, log
+    assert "[rank0]: Epoch 12 | Training snapshot saved" in log
+    print(f"lost master: rank 0 resumed {back:.1f} s after node1's container was stopped")
+    assert no_processes(job, cluster) == {node.name: [] for node in cluster}
+
+
+def test_a_spare_takes_a_lost_nodes_place_and_the_world_size_stays(
+    playbook: Playbook,
+    job: Job,
+    cluster: list[Node],
+    three_nodes: dict[str, Path],
+    replug_cleanup: None,
+) -> None:
+    node0, node1, node2 = cluster
+    extra = job_vars(job, *JOB, train_spare_group="extra_nodes", train_max_restarts=1)
+    running = playbook.start("train.yml", extra, inventories=(three_nodes["all"],))
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: epoch 2/10 ")
+        with node1.unplugged():
+            outcome = running.wait(timeout=300)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    replaced = "node1 left the job (stopped answering); the spare node2 takes its place"
+    assert replaced in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["nodes_used"] == ["node0", "node1"]
+    assert first["replaced"] == {"node1": "node2"}
+    assert second["nodes_used"] == ["node0", "node2"]
+    runs = attempt_logs(job.log(node0))
+    assert "start world_size=2 " in runs[0]
+    assert "start world_size=2 " in runs[-1]
+    assert "continuing at epoch" in runs[-1]
+    assert "[rank1]: " in attempt_logs(job.log(node2))[-1]
+    assert metrics(playbook, job)["epochs_completed"] == 10
+
+
+def test_losing_more_nodes_than_train_min_nodes_allows_fails_clearly(
+    playbook: Playbook, job: Job, members: list[Node], replug_cleanup: None
+) -> None:
+    node0, node1 = members
+    extra = job_vars(job, *JOB, train_min_nodes=2, train_max_restarts=1)
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: epoch 1/10 ")
+        with node1.unplugged():
+            outcome = running.wait(timeout=180)
+            left = job.processes(node0)
+    finally:
+        running.kill()
+    assert outcome.rc != 0, outcome.output
+    assert (
+        "Not restarted: node1 stopped answering: 1 node(s) would be left, fewer than "
+        "train_min_nodes=2." in outcome.output
+    )
+    assert left == []
+    assert len(attempts(playbook, job)) == 1
+
+
+def test_a_stalled_job_is_caught_explained_and_restarted(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    """Rank 3 (node1's second process) sleeps before an all_reduce that ranks 0-2 wait in."""
+    extra = job_vars(
+        job,
+        train_code_dir=str(SCRIPTS),
+        train_script="stall_on_rank.py",
+        train_script_args=["3", "8"],
+        train_progress_regex="^step ",
+        train_stall_timeout=STALL_TIMEOUT,
+        train_max_restarts=1,
+        nproc=2,
+    )
+    outcome = playbook.run("train.yml", extra, timeout=400)
+    assert outcome.rc == 0, outcome.output
+    first, second = attempts(playbook, job)
+    assert first["outcome"] == "stalled"
+    assert first["restarted"]
+    stall = first["stall"]
+    assert STALL_TIMEOUT <= stall["quiet_for"] < STALL_TIMEOUT + 30, stall
+    assert stall["outliers"] == [3], stall
+    assert "rank 3" in stall["summary"], stall
+    assert "sleep" in stall["summary"], stall
+    assert "attempt 1: stalled after" in outcome.output
+    assert "rank 3" in outcome.output
+    folder = playbook.runs_dir / job.job_id / "stall-1"
+    stacks = {path.relative_to(folder).as_posix() for path in folder.rglob("*.txt")}
+    assert {"node0/rank0.txt", "node0/rank1.txt", "node1/rank2.txt", "node1/rank3.txt"} <= stacks
+    assert "sleep" in (folder / "node1" / "rank3.txt").read_text()
+    assert "all_reduce" in (folder / "node0" / "rank0.txt").read_text()
+    assert second["outcome"] == "succeeded"
+    assert json.loads((folder / "summary.json").read_text())["outliers"] == [3]
