@@ -154,3 +154,60 @@ def unreached_peers(
         return []
     with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
         return [why for why in pool.map(reach, peers) if why]
+
+
+# --- A job unit's resource limits -------------------------------------------
+# NCCL over InfiniBand (RoCE and EFA alike) registers its buffers with ibv_reg_mr, which pins
+# memory against RLIMIT_MEMLOCK: under a small limit the job fails at its first collective.
+# limits.conf is applied by PAM at login and never reaches a systemd unit, so every job unit
+# asks for its limits itself (torch_job_unit's defaults), and check.yml's probe asks for the
+# same ones to learn what a job gets.
+LIMIT_MEMLOCK = "infinity"
+LIMIT_NOFILE = 1048576
+UNLIMITED = "unlimited"
+# /proc/<pid>/limits's names of the limits the launcher sets.
+_PROC_LIMITS = {"Max locked memory": "memlock", "Max open files": "nofile"}
+_PROC_LIMIT_LINE = re.compile(r"^(Max [a-z ]+?)\s{2,}(\d+|unlimited)\s+(\d+|unlimited)")
+
+
+def limit_properties(memlock: str, nofile: int) -> list[str]:
+    """The unit properties that ask for the limits; an empty memlock or a nofile of 0 asks for
+    nothing (the service manager's default)."""
+    return [
+        *([f"LimitMEMLOCK={memlock}"] if memlock else []),
+        *([f"LimitNOFILE={nofile}"] if nofile else []),
+    ]
+
+
+def parse_limits(text: str) -> dict[str, int | str]:
+    """The soft memlock (bytes) and nofile limits of a /proc/<pid>/limits text, each a number
+    or UNLIMITED; one the text lacks is left out."""
+    found: dict[str, int | str] = {}
+    for line in text.splitlines():
+        match = _PROC_LIMIT_LINE.match(line)
+        if match and match.group(1) in _PROC_LIMITS:
+            soft = match.group(2)
+            found[_PROC_LIMITS[match.group(1)]] = int(soft) if soft.isdigit() else soft
+    return found
+
+
+def unit_limits(memlock: str, nofile: int, timeout: float = 60) -> dict:
+    """The limits a unit that asks for these gets: a transient unit reads its own
+    /proc/self/limits. Where systemd may not raise its own hard limit (no CAP_SYS_RESOURCE, as
+    in a container) it gives the unit that limit instead, without a word: only reading tells.
+    {"asked": {...}, "memlock": ..., "nofile": ..., "error": ""}"""
+    asked = {"memlock": memlock, "nofile": nofile}
+    argv = [
+        "systemd-run", "--wait", "--pipe", "--quiet", "--collect",
+        *(f"--property={p}" for p in limit_properties(memlock, nofile)),
+        "--", "cat", "/proc/self/limits",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"asked": asked, "error": f"systemd-run: {error}"}
+    found = parse_limits(done.stdout)
+    if done.returncode != 0 or set(found) != set(_PROC_LIMITS.values()):
+        why = " ".join((done.stderr or done.stdout).split())[-300:]
+        return {"asked": asked, "error": f"systemd-run: {why or f'exit status {done.returncode}'}"}
+    return {"asked": asked, **found, "error": ""}

@@ -34,7 +34,8 @@ options:
   inputs:
     description:
       - The check's inputs, by their variable names (check_fraction_of_baseline,
-        check_fraction_of_median, check_message_sizes, check_min_free_gib).
+        check_fraction_of_median, check_message_sizes, check_min_free_gib,
+        check_shared_write_mib, check_min_memlock, check_min_nofile).
     type: dict
     required: true
 """

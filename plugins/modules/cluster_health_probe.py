@@ -20,7 +20,13 @@ try:
     from ansible.module_utils.shared_storage import resolve_shared_dir
     from ansible.module_utils.torch_builds import installed_build, installed_query
     from ansible.module_utils.torch_job import ssh_argv
-    from ansible.module_utils.torch_job_node import job_processes, port_listeners
+    from ansible.module_utils.torch_job_node import (
+        LIMIT_MEMLOCK,
+        LIMIT_NOFILE,
+        job_processes,
+        port_listeners,
+        unit_limits,
+    )
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
         resolve_shared_dir,
@@ -31,13 +37,16 @@ except ImportError:
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import ssh_argv
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        LIMIT_MEMLOCK,
+        LIMIT_NOFILE,
         job_processes,
         port_listeners,
+        unit_limits,
     )
 
 DOCUMENTATION = r"""
 module: cluster_health_probe
-short_description: Read one node's versions, GPUs, leftovers, disk and (on the master) clocks
+short_description: Read one node's versions, GPUs, leftovers, disk, job limits and clocks
 description:
   - Read-only. The training environment's torch, its CUDA build, the NCCL it uses, its GPU
     count and its Python, from the environment's own interpreter (the pytorch role's fact
@@ -47,6 +56,9 @@ description:
     processes on the master port), and the free space where jobs write.
   - On the master, each peer's clock against its own, over SSH (the offset is measured
     against the middle of the round trip).
+  - The memlock and nofile limits a job unit gets, read by a transient unit (C(systemd-run
+    --wait --pipe)) that asks for the launcher's limits from its own C(/proc/self/limits).
+    It leaves nothing behind, so it runs in check mode too.
 options:
   environment_fact:
     description: The pytorch role's local fact (JSON) that names the training environment.
@@ -80,6 +92,14 @@ options:
     description: The shared_storage role's local fact (JSON), which names its mount.
     type: path
     default: /etc/ansible/facts.d/shared_storage.fact
+  limit_memlock:
+    description: The memlock limit the transient unit asks for (torch_job_unit's I(limit_memlock)).
+    type: str
+    default: infinity
+  limit_nofile:
+    description: The nofile limit the transient unit asks for (torch_job_unit's I(limit_nofile)).
+    type: int
+    default: 1048576
 """
 
 RETURN = r"""
@@ -87,7 +107,8 @@ node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
     torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics,
     units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error,
-    shared_dir).
+    shared_dir, and job_limits with what the transient unit asked for and got, memlock and
+    nofile each a number or C(unlimited), or its error).
   type: dict
   returned: always
 """
@@ -221,6 +242,8 @@ def main() -> None:
                 "type": "path",
                 "default": "/etc/ansible/facts.d/shared_storage.fact",
             },
+            "limit_memlock": {"type": "str", "default": LIMIT_MEMLOCK},
+            "limit_nofile": {"type": "int", "default": LIMIT_NOFILE},
         },
         supports_check_mode=True,
     )
@@ -244,6 +267,7 @@ def main() -> None:
         "clock_offsets": clock_offsets(p["peers"], p["ssh_user"]),
         "system_nccl": system_nccl(module),
         "shared_dir": resolve_shared_dir(p["shared_dir"], p["shared_fact"]),
+        "job_limits": unit_limits(p["limit_memlock"], p["limit_nofile"]),
         **disk(p["base_dir"]),
         **nvidia(p["gpu_dir"]),
         **torch_report(p["environment_fact"]),

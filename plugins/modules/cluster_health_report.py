@@ -21,6 +21,8 @@ try:
         environment_findings,
         gpu_findings,
         leftover_findings,
+        limit_findings,
+        limit_lines,
         markdown,
         nccl_transport,
         node_table,
@@ -40,6 +42,8 @@ except ImportError:
         environment_findings,
         gpu_findings,
         leftover_findings,
+        limit_findings,
+        limit_lines,
         markdown,
         nccl_transport,
         node_table,
@@ -56,7 +60,7 @@ short_description: Judge the health check's facts, and write report.json and rep
 description:
   - Turns each node's probe, the reachability attempts and the collectives' figures into
     findings (each with the node or pair, the value, the limit and the fix), a table of the
-    nodes' versions, and a verdict.
+    nodes' versions, the limits a job unit gets on each node, and a verdict.
   - Thresholds come from the cluster's own figures, never from a vendor's; with
     I(save_baseline) the measured figures become the cluster's baseline, which later runs
     compare against.
@@ -110,6 +114,16 @@ options:
     description: Free GiB needed where jobs write (each node's base folder, the shared folder).
     type: float
     default: 10
+  min_memlock:
+    description:
+      - The memlock limit a job unit must get (C(infinity), or bytes with an optional K, M, G
+        or T); empty for what the launcher's units ask for (the probe's I(limit_memlock)).
+    type: str
+    default: ""
+  min_nofile:
+    description: The nofile limit a job unit must get; 0 for what the launcher's units ask for.
+    type: int
+    default: 0
   shared:
     description:
       - The shared folder's proof (path, problems, and each node's write step of
@@ -194,6 +208,8 @@ def main() -> None:
             "fraction_of_median": {"type": "float", "default": 0.5},
             "clock_limit": {"type": "float", "default": 1.0},
             "min_free_gib": {"type": "float", "default": 10},
+            "min_memlock": {"type": "str", "default": ""},
+            "min_nofile": {"type": "int", "default": 0},
             "shared": {"type": "dict", "default": {}},
             "baseline_file": {"type": "str", "default": ""},
             "save_baseline": {"type": "bool", "default": False},
@@ -233,6 +249,7 @@ def main() -> None:
         *clock_findings({n: offsets.get(n) for n in names[1:]}, master, p["clock_limit"]),
         *leftover_findings(rows, p["port"]),
         *disk_findings(rows, p["min_free_gib"]),
+        *limit_findings(rows, p["min_memlock"], p["min_nofile"]),
         *transport_findings(rows, transports),
         *shared_findings(p["shared"], p["min_free_gib"]),
     ]
@@ -282,7 +299,8 @@ def main() -> None:
 
     table = node_table(rows, transports, offsets)
     shared = shared_lines(p["shared"])
-    lines = ["Nodes:", *table, *shared]
+    limits = limit_lines(rows)
+    lines = ["Nodes:", *table, *shared, *limits]
     if figures:
         group = figures["group"][-1]
         lines.append(
@@ -316,7 +334,7 @@ def main() -> None:
     title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
     write(
         os.path.join(p["report_dir"], "report.md"),
-        markdown(title, table, reach, figures, findings, shared=shared),
+        markdown(title, table, reach, figures, findings, shared=shared, limits=limits),
     )
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
         saved = {

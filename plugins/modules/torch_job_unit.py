@@ -23,7 +23,10 @@ try:
         unit_state,
     )
     from ansible.module_utils.torch_job_node import (
+        LIMIT_MEMLOCK,
+        LIMIT_NOFILE,
         job_processes,
+        limit_properties,
         matching_files,
         port_listeners,
         rsync_filters,
@@ -41,7 +44,10 @@ except ImportError:
         unit_state,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
+        LIMIT_MEMLOCK,
+        LIMIT_NOFILE,
         job_processes,
+        limit_properties,
         matching_files,
         port_listeners,
         rsync_filters,
@@ -101,6 +107,22 @@ options:
     description: Stop the unit after this many seconds (0 for no limit).
     type: int
     default: 0
+  limit_memlock:
+    description:
+      - The unit's locked-memory limit (C(LimitMEMLOCK), soft and hard), in systemd's syntax
+        (C(infinity), bytes, C(64M)); empty leaves the service manager's default.
+      - NCCL over InfiniBand or RoCE registers its buffers with C(ibv_reg_mr), which fails
+        under a small limit; C(limits.conf) does not reach systemd units.
+      - Where systemd may not raise its own hard limit (a container without
+        C(CAP_SYS_RESOURCE)) the unit gets that limit instead; C(playbooks/check.yml) reports
+        what a unit gets on every node.
+    type: str
+    default: infinity
+  limit_nofile:
+    description: The unit's open-files limit (C(LimitNOFILE), soft and hard); 0 leaves the
+      service manager's default (1024 soft on most systems).
+    type: int
+    default: 1048576
   code_dir:
     description: The staged code; checked against I(code_digest) before the start.
     type: path
@@ -281,6 +303,8 @@ def systemd_run(params: dict) -> list[str]:
         "--property=TimeoutStopSec=10",
     ]
     argv += [f"--property=RequiresMountsFor={path}" for path in params["requires_mounts"]]
+    limits = limit_properties(params["limit_memlock"], params["limit_nofile"])
+    argv += [f"--property={limit}" for limit in limits]
     if params["runtime_max_sec"] > 0:
         argv.append(f"--property=RuntimeMaxSec={params['runtime_max_sec']}")
     environment = {**params["env"], "TORCH_JOB_ID": params["job_id"]}
@@ -387,6 +411,8 @@ def main() -> None:
             "log": {"type": "path"},
             "env": {"type": "dict", "default": {}},
             "runtime_max_sec": {"type": "int", "default": 0},
+            "limit_memlock": {"type": "str", "default": LIMIT_MEMLOCK},
+            "limit_nofile": {"type": "int", "default": LIMIT_NOFILE},
             "code_dir": {"type": "path"},
             "code_digest": {"type": "str", "default": ""},
             "folders": {"type": "list", "elements": "path", "default": []},

@@ -192,6 +192,8 @@ def test_the_collectives_report_is_read_by_node_name() -> None:
         ({"check_message_sizes": "1024"}, "check_message_sizes must be a list of positive sizes"),
         ({"check_min_free_gib": -1}, "check_min_free_gib must be a number of GiB"),
         ({"check_shared_write_mib": "lots"}, "check_shared_write_mib must be a whole number"),
+        ({"check_min_memlock": "8MB"}, "check_min_memlock must be empty, infinity, or bytes"),
+        ({"check_min_nofile": -1}, "check_min_nofile must be a whole number"),
     ],
 )
 def test_bad_check_inputs_are_named(inputs: dict, words: str) -> None:
@@ -201,6 +203,8 @@ def test_bad_check_inputs_are_named(inputs: dict, words: str) -> None:
         "check_message_sizes": [65536, 1048576],
         "check_min_free_gib": 10,
         "check_shared_write_mib": 64,
+        "check_min_memlock": "",
+        "check_min_nofile": 0,
     }
     assert ch.check_input_problems(good) == []
     (problem,) = ch.check_input_problems({**good, **inputs})

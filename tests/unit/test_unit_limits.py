@@ -1,0 +1,201 @@
+"""A job unit's resource limits: what the launcher asks systemd for (torch_job_node's
+constants, torch_job_unit's argv), how a unit's /proc/self/limits is read, and the health
+check's judgement of what a unit got (cluster_health)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import cluster_health as ch
+import pytest
+import torch_job_node as tjn
+
+DATA = Path(__file__).parent / "data"
+# /proc/self/limits of a shell on the machine that runs the sandbox: its hard limits are the
+# sandbox containers' (memlock 8 MiB, nofile 20000).
+RECORDED = (DATA / "proc-self-limits.txt").read_text()
+MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
+ASKED = {"memlock": "infinity", "nofile": 1048576}
+
+
+def row(**limits: object) -> dict:
+    return {"job_limits": {"asked": ASKED, "error": "", **limits}}
+
+
+def test_a_recorded_proc_limits_text_gives_the_soft_memlock_and_nofile() -> None:
+    assert tjn.parse_limits(RECORDED) == {"memlock": 8388608, "nofile": 20000}
+
+
+def test_an_unlimited_memlock_is_read_as_unlimited() -> None:
+    # The recorded text with its memlock line as a unit with LimitMEMLOCK=infinity shows it.
+    line = next(line for line in RECORDED.splitlines() if line.startswith("Max locked memory"))
+    unlimited = "Max locked memory         unlimited            unlimited            bytes     "
+    assert tjn.parse_limits(RECORDED.replace(line, unlimited))["memlock"] == tjn.UNLIMITED
+
+
+def test_a_text_without_the_limits_gives_nothing() -> None:
+    assert tjn.parse_limits("Failed to start transient service unit\n") == {}
+
+
+def test_the_launcher_asks_for_unlimited_memlock_and_a_million_files() -> None:
+    assert (tjn.LIMIT_MEMLOCK, tjn.LIMIT_NOFILE) == ("infinity", 1048576)
+    assert tjn.limit_properties(tjn.LIMIT_MEMLOCK, tjn.LIMIT_NOFILE) == [
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=1048576",
+    ]
+    assert tjn.limit_properties("", 0) == []
+
+
+def _torch_job_unit():
+    """plugins/modules/torch_job_unit.py, with the module_utils it imports under Ansible's names."""
+    sys.modules.setdefault("ansible.module_utils.torch_job_node", tjn)
+    spec = importlib.util.spec_from_file_location("torch_job_unit", MODULES / "torch_job_unit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("memlock", "nofile", "properties"),
+    [
+        (
+            "infinity",
+            1048576,
+            ["--property=LimitMEMLOCK=infinity", "--property=LimitNOFILE=1048576"],
+        ),
+        ("64M", 0, ["--property=LimitMEMLOCK=64M"]),
+        ("", 0, []),
+    ],
+)
+def test_the_units_systemd_run_carries_the_limits(
+    memlock: str, nofile: int, properties: list[str]
+) -> None:
+    params = {
+        "name": "torch-job-a", "description": "", "user": "root", "working_directory": "/w",
+        "log": "/w/node.log", "requires_mounts": [], "runtime_max_sec": 0, "env": {},
+        "job_id": "a", "command": ["torchrun"], "limit_memlock": memlock, "limit_nofile": nofile,
+    }  # fmt: skip
+    argv = _torch_job_unit().systemd_run(params)
+    assert [arg for arg in argv if arg.startswith("--property=Limit")] == properties
+    assert argv[-2:] == ["--", "torchrun"]
+
+
+def test_a_units_limits_are_read_from_a_transient_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess:
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 0, RECORDED, "")
+
+    monkeypatch.setattr(tjn.subprocess, "run", run)
+    assert tjn.unit_limits("infinity", 1048576) == {
+        "asked": ASKED,
+        "memlock": 8388608,
+        "nofile": 20000,
+        "error": "",
+    }
+    assert seen == [
+        [
+            "systemd-run", "--wait", "--pipe", "--quiet", "--collect",
+            "--property=LimitMEMLOCK=infinity", "--property=LimitNOFILE=1048576",
+            "--", "cat", "/proc/self/limits",
+        ]
+    ]  # fmt: skip
+
+
+def test_a_unit_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = subprocess.CompletedProcess([], 1, "", "Failed to connect to bus: No medium found\n")
+    monkeypatch.setattr(tjn.subprocess, "run", lambda argv, **_: failed)
+    found = tjn.unit_limits("infinity", 1048576)
+    assert found == {
+        "asked": ASKED,
+        "error": "systemd-run: Failed to connect to bus: No medium found",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("infinity", float("inf")), ("unlimited", float("inf")), ("8M", 8 * 2**20),
+     ("2g", 2 * 2**30), (65536, 65536), ("1048576", 1048576)],
+)  # fmt: skip
+def test_limits_are_read_in_systemds_syntax(text: str | int, number: float) -> None:
+    assert ch.limit_number(text) == number
+
+
+@pytest.mark.parametrize("text", ["", "lots", "8MB", "-1"])
+def test_anything_else_is_not_a_limit(text: str) -> None:
+    with pytest.raises(ValueError, match="not a limit"):
+        ch.limit_number(text)
+
+
+def test_a_unit_that_got_what_it_asked_for_passes() -> None:
+    assert ch.limit_findings({"n0": row(memlock="unlimited", nofile=1048576)}) == []
+
+
+def test_a_node_whose_units_get_less_than_they_ask_for_is_named_with_the_fix() -> None:
+    rows = {
+        "n0": row(memlock="unlimited", nofile=1048576),
+        "n1": row(memlock=8388608, nofile=20000),
+    }
+    memlock, nofile = ch.limit_findings(rows)
+    assert (memlock.check, memlock.subject, memlock.limit) == ("limits", "n1", "unlimited")
+    assert memlock.value == "memlock 8 MiB in a job unit (it asked for LimitMEMLOCK=infinity)"
+    assert "ibv_reg_mr" in memlock.fix
+    assert "raise the memlock limit that systemd runs with on n1" in memlock.fix
+    assert "--ulimit memlock=-1)" in memlock.fix
+    assert (nofile.subject, nofile.limit) == ("n1", "at least 1048576")
+    assert nofile.value == "nofile 20000 in a job unit (it asked for LimitNOFILE=1048576)"
+    assert "--ulimit nofile=1048576)" in nofile.fix
+
+
+@pytest.mark.parametrize(
+    ("min_memlock", "min_nofile", "failing"),
+    [("8M", 20000, []), ("16M", 20000, ["memlock"]), ("8M", 65536, ["nofile"]),
+     ("", 20000, ["memlock"]), ("8M", 0, ["nofile"])],
+)  # fmt: skip
+def test_the_minimums_can_be_set_below_what_the_units_ask_for(
+    min_memlock: str, min_nofile: int, failing: list[str]
+) -> None:
+    findings = ch.limit_findings(
+        {"n0": row(memlock=8388608, nofile=20000)}, min_memlock, min_nofile
+    )
+    assert [f.value.split()[0] for f in findings] == failing
+
+
+def test_a_unit_that_asks_for_nothing_is_judged_by_the_minimums_alone() -> None:
+    rows = {"n0": {"job_limits": {"asked": {"memlock": "", "nofile": 0}, "memlock": 65536,
+                                  "nofile": 1024, "error": ""}}}  # fmt: skip
+    assert ch.limit_findings(rows) == []
+    (finding,) = ch.limit_findings(rows, "8M", 0)
+    assert finding.value == "memlock 64 KiB in a job unit (it asked for nothing)"
+
+
+def test_limits_that_could_not_be_read_are_named() -> None:
+    rows = {"n0": {"job_limits": {"asked": ASKED, "error": "systemd-run: exit status 1"}}}
+    (finding,) = ch.limit_findings(rows)
+    assert finding.value == "a job unit's limits not read (systemd-run: exit status 1)"
+    assert "systemd-run --wait --pipe true" in finding.fix
+
+
+def test_a_node_without_the_limits_in_its_probe_is_left_to_the_other_checks() -> None:
+    assert ch.limit_findings({"n0": {"torch": "2.14.1"}}) == []
+    assert ch.limit_lines({"n0": {}}) == []
+
+
+def test_the_limits_are_reported_one_line_per_node() -> None:
+    rows = {
+        "n0": row(memlock="unlimited", nofile=1048576),
+        "n1": row(memlock=8388608, nofile=20000),
+        "n2": {"job_limits": {"asked": ASKED, "error": "systemd-run: exit status 1"}},
+    }
+    assert ch.limit_lines(rows) == [
+        "Job unit limits (asked: memlock unlimited, nofile 1048576):",
+        "  n0: memlock unlimited, nofile 1048576",
+        "  n1: memlock 8 MiB, nofile 20000",
+        "  n2: not read (systemd-run: exit status 1)",
+    ]
+    report = ch.markdown("t", [], {}, {}, [], limits=ch.limit_lines(rows))
+    assert "## Job unit limits\n\n```\nJob unit limits (asked:" in report
