@@ -31,7 +31,6 @@ def _load(stem: str):
 
 
 torch_job = _load("torch_job")
-torch_job_stall = _load("torch_job_stall")
 
 
 class ActionModule(ActionBase):
@@ -63,7 +62,7 @@ class ActionModule(ActionBase):
             data_names=data_names,
             data_digest=torch_job.subtrees_digest(data_src, data_names) if data_src else "",
             # NCCL's flight recorder on every job, dumping into that folder on each node.
-            flight_recorder_env=torch_job_stall.flight_recorder_env(args["flight_recorder_dir"])
+            flight_recorder_env=torch_job.flight_recorder_env(args["flight_recorder_dir"])
             if args.get("flight_recorder_dir")
             else {},
         )

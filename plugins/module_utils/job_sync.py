@@ -16,6 +16,7 @@ only: it runs on the master's system Python.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 
@@ -57,11 +58,40 @@ shutil.rmtree(incoming, ignore_errors=True)
 """
 
 
-def settled_files(listing: Listing, now_ns: int, settle_s: float) -> dict[str, list[int]]:
-    """The files of a listing not modified in the last `settle_s` seconds: a file being
-    written now is left for a later copy."""
+def settled_files(
+    listing: Listing, now_ns: int, settle_s: float, open_paths: Sequence[str] = ()
+) -> dict[str, list[int]]:
+    """The files of a listing not modified in the last `settle_s` seconds and not open in a
+    process (`open_paths`, relative to the folder): a file being written now is left for a
+    later copy."""
     limit = now_ns - int(settle_s * 1e9)
-    return {path: list(value) for path, value in listing.items() if value[1] <= limit}
+    busy = set(open_paths)
+    return {
+        path: list(value)
+        for path, value in listing.items()
+        if value[1] <= limit and path not in busy
+    }
+
+
+def open_files(folder: str, proc: str = "/proc") -> list[str]:
+    """The files under `folder` that a process this user can see holds open (its
+    /proc/<pid>/fd links), relative to the folder: a checkpoint being written."""
+    root = os.path.realpath(folder) + os.sep
+    found = set()
+    for pid in os.listdir(proc) if os.path.isdir(proc) else []:
+        fds = os.path.join(proc, pid, "fd")
+        try:
+            names = os.listdir(fds) if pid.isdigit() else []
+        except OSError:
+            continue  # another user's process, or gone
+        for name in names:
+            try:
+                link = os.readlink(os.path.join(fds, name))
+            except OSError:
+                continue  # closed meanwhile
+            if link.startswith(root):
+                found.add(os.path.relpath(link, root))
+    return sorted(found)
 
 
 def unchanged(before: Listing, after: Listing, paths: Sequence[str]) -> list[str]:

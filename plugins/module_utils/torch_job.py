@@ -559,6 +559,31 @@ def failure_report(failures: Sequence[RankFailure], tails: Mapping[str, str]) ->
     return lines
 
 
+# --- NCCL's flight recorder ------------------------------------------------------
+# What the dumps and pipes are called in the folder the launcher gives each job.
+FLIGHT_RECORDER_STEM = "nccl_trace_rank_"
+
+
+def flight_recorder_prefix(folder: str) -> str:
+    """The prefix of the dump files and of the pipes in folder: <folder>/nccl_trace_rank_."""
+    return os.path.join(folder, FLIGHT_RECORDER_STEM)
+
+
+def flight_recorder_env(folder: str) -> dict[str, str]:
+    """What the launcher sets on every job so that NCCL's flight recorder records, dumps into
+    folder on a collective's timeout, and dumps on request through a pipe there (the folder
+    must exist and be writable by the job's user). TORCH_NCCL_TRACE_BUFFER_SIZE is left at
+    ProcessGroupNCCL's default (2000): setting it makes every rank warn that it is deprecated."""
+    prefix = flight_recorder_prefix(folder)
+    return {
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_ENABLE_MONITORING": "1",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix,
+    }
+
+
 # --- Staging: what the controller's files look like ------------------------------
 def tree_digest(root: str, skip: Sequence[str] = ("__pycache__",), content: bool = True) -> str:
     """One sha256 over a folder's files, in sorted order: each file's relative path and its

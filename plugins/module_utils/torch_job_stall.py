@@ -36,9 +36,21 @@ from typing import Any, Union
 
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
+# flight_recorder_env and flight_recorder_prefix live in torch_job, which the launcher's
+# controller-side plugins load by path; they are imported here for the node's side.
 try:
+    from ansible.module_utils.torch_job import (
+        FLIGHT_RECORDER_STEM,
+        flight_recorder_env,
+        flight_recorder_prefix,
+    )
     from ansible.module_utils.torch_job_node import job_processes
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (  # noqa: F401
+        FLIGHT_RECORDER_STEM,
+        flight_recorder_env,
+        flight_recorder_prefix,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
         job_processes,
     )
@@ -532,29 +544,6 @@ def collect_stacks(
 
 # ---------------------------------------------------------------------------------------------
 # On a node: the NCCL flight recorder
-
-# What the dumps and pipes are called in the folder the launcher gives each job.
-FLIGHT_RECORDER_STEM = "nccl_trace_rank_"
-
-
-def flight_recorder_prefix(folder: str) -> str:
-    """The prefix of the dump files and of the pipes in folder: <folder>/nccl_trace_rank_."""
-    return os.path.join(folder, FLIGHT_RECORDER_STEM)
-
-
-def flight_recorder_env(folder: str) -> dict[str, str]:
-    """What the launcher sets on every job so that NCCL's flight recorder records, dumps into
-    folder on a collective's timeout, and dumps on request through a pipe there (the folder
-    must exist and be writable by the job's user). TORCH_NCCL_TRACE_BUFFER_SIZE is left at
-    ProcessGroupNCCL's default (2000): setting it makes every rank warn that it is deprecated."""
-    prefix = flight_recorder_prefix(folder)
-    return {
-        "TORCH_FR_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_ENABLE_MONITORING": "1",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_FR_DUMP_TEMP_FILE": prefix,
-        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix,
-    }
 
 
 def request_flight_recorder_dumps(pipe_prefix: str) -> tuple[list[int], list[int]]:

@@ -22,6 +22,7 @@ try:
         lacking,
         newest_copies,
         next_round,
+        open_files,
         rsync_stats,
         settled_files,
         unchanged,
@@ -36,6 +37,7 @@ except ImportError:
         lacking,
         newest_copies,
         next_round,
+        open_files,
         rsync_stats,
         settled_files,
         unchanged,
@@ -60,9 +62,10 @@ description:
     rank order that answer, so that a lost master loses no file. Its problems are returned,
     never raised.
   - C(phase=during) (while the job runs, from the watch) copies the master's files that have not
-    changed for I(settle) seconds to the next I(copies) nodes, into a folder of their own on each
-    node first; a file moves into place there only when it did not change while it travelled,
-    so a checkpoint being written is never copied half-written. Problems are returned.
+    changed for I(settle) seconds and that no process holds open to the next I(copies) nodes,
+    into a folder of their own on each node first; a file moves into place there only when it
+    did not change while it travelled, so a checkpoint being written is never copied
+    half-written. Problems are returned.
   - No deletion ever travels: a file removed on one node comes back from another.
 options:
   phase:
@@ -85,7 +88,7 @@ options:
   settle:
     description: With C(phase=during), seconds a file must have been left unchanged to travel.
     type: float
-    default: 5
+    default: 1
   timeout:
     description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
     type: int
@@ -252,7 +255,9 @@ class Sync:
         travelled is dropped there, and the receiver keeps its older copy."""
         names = [self.master, *[name for name in self.order[1:]][:copies]]
         listings = self.list_all(names)
-        wanted = settled_files(listings.get(self.master) or {}, time.time_ns(), settle)
+        wanted = settled_files(
+            listings.get(self.master) or {}, time.time_ns(), settle, open_files(self.folder)
+        )
         holders: list[str] = []
         for name in names[1:]:
             if name not in listings:
@@ -306,7 +311,7 @@ def main() -> None:
             "nodes": {"type": "dict", "required": True},
             "copies": {"type": "int", "default": 1},
             "timeout": {"type": "int", "default": 60},
-            "settle": {"type": "float", "default": 5},
+            "settle": {"type": "float", "default": 1},
         },
         supports_check_mode=False,
     )

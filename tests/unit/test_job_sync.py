@@ -106,3 +106,25 @@ def test_the_listing_script_lists_regular_files_with_size_and_time(tmp_path: Pat
         check=True,
     )
     assert json.loads(missing.stdout) == {}
+
+
+def test_while_a_job_runs_only_settled_files_that_no_process_holds_travel() -> None:
+    second = 1_000_000_000
+    listing = {"old.pt": [10, 1 * second], "new.pt": [10, 99 * second], "open.pt": [10, 1 * second]}
+    assert js.settled_files(listing, 100 * second, 5, ["open.pt"]) == {"old.pt": [10, second]}
+
+
+def test_a_copy_is_kept_only_when_its_file_did_not_change_while_it_travelled() -> None:
+    before = {"a.pt": [10, 1], "b.pt": [10, 1], "c.pt": [10, 1]}
+    after = {"a.pt": [10, 1], "b.pt": [12, 2]}
+    assert js.unchanged(before, after, ["a.pt", "b.pt", "c.pt"]) == ["a.pt"]
+
+
+def test_the_files_a_process_holds_open_are_found(tmp_path) -> None:
+    folder = tmp_path / "output"
+    folder.mkdir()
+    (folder / "closed.pt").write_text("x")
+    with open(folder / "snapshot.pt", "w") as handle:
+        handle.write("being written")
+        assert js.open_files(str(folder)) == ["snapshot.pt"]
+    assert js.open_files(str(folder)) == []

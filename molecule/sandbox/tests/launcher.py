@@ -111,9 +111,12 @@ class Running:
         return Outcome(self.process.returncode, output, time.monotonic() - self.started)
 
     def kill(self) -> None:
-        if self.process.poll() is None:
+        """Kill it if it still runs; what it printed goes to the test's output (shown when the
+        test fails)."""
+        if self.process.returncode is None:  # nobody waited for it
             self.process.kill()
-            self.process.communicate()
+            output, _ = self.process.communicate()
+            print(output)
 
 
 # The sandbox's shared folder (inventory/sandbox: served by node0, at the shared_storage
