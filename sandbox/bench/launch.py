@@ -12,6 +12,12 @@
    Reported: the time until the playbook has failed, and whether any process of the job is left.
 3. Restart: the same with train_max_restarts=1. Reported: the time from the kill to rank 0's
    first training step of the restarted job, and whether the playbook then succeeded.
+4. Lost node: the last node taken off the network (its link down, through podman) in a job with
+   train_min_nodes one less and train_max_restarts=1. Reported: the time from the loss to rank
+   0's first training step on the nodes left (needs 3 nodes: make sandbox SANDBOX_NODES=3).
+5. Stall: one rank of molecule/sandbox/tests/scripts/stall_on_rank.py sleeps before an
+   all_reduce, train_stall_timeout=20. Reported: the time from rank 0's last line to the
+   playbook's report of the stall (stacks collected, job stopped).
 
 Each figure is the median of --repeat runs. It drives the same commands a user types, from
 the project's venv.
@@ -237,6 +243,86 @@ def restart(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
     return seconds
 
 
+def container(name: str, address: str) -> tuple[str, str]:
+    """The podman container of the node at address, and the interface that carries it."""
+    for candidate in subprocess.run(
+        ["podman", "ps", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    ).stdout.split():
+        links = subprocess.run(
+            ["podman", "exec", candidate, "ip", "-j", "-4", "addr", "show"],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+        for link in json.loads(links or "[]"):
+            if any(entry["local"] == address for entry in link.get("addr_info", [])):
+                return candidate, link["ifname"]
+    sys.exit(f"no container is {name} at {address}")
+
+
+def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
+    """Take the last node off the network in a long job that may go on without it; seconds
+    from the loss to rank 0's first step on the nodes left."""
+    master = nodes[0][1]["ansible_host"]
+    victim, address = nodes[-1][0], nodes[-1][1]["ansible_host"]
+    name, device = container(victim, address)
+    routes = json.loads(
+        subprocess.run(
+            ["podman", "exec", name, "ip", "-j", "-4", "route"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    run = start_long_job(
+        nodes, job_id, data, train_max_restarts=1, train_min_nodes=len(nodes) - 1,
+        train_extra_args=["--epochs", "100"],
+    )  # fmt: skip
+    resumed = Output(follow(master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
+    time.sleep(1)  # let tail start
+    subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "down"], check=True)
+    lost = time.monotonic()
+    try:
+        seconds = resumed.wait_seen(300) - lost
+    finally:
+        resumed.process.kill()
+        subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "up"], check=True)
+        for route in routes:
+            if "gateway" in route:
+                subprocess.run(["podman", "exec", name, "ip", "route", "replace", route["dst"],
+                                "via", route["gateway"], "dev", device], check=True)  # fmt: skip
+    # Measured: the job is stopped (on the node back on the network too), not run to its end.
+    subprocess.run(playbook("stop.yml", {"job_id": job_id}), env=ENV, capture_output=True,
+                   check=False)  # fmt: skip
+    output, _ = run.communicate(timeout=300)
+    if "left the job (stopped answering)" not in output:
+        sys.exit(f"train.yml did not go on without {victim}:\n{output[-3000:]}")
+    return seconds
+
+
+def stall(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
+    """One rank sleeps outside the all_reduce the others wait in; seconds from rank 0's last
+    line to train.yml's report of the stall."""
+    master = nodes[0][1]["ansible_host"]
+    extra = {
+        "job_id": job_id,
+        "train_data_src": data,
+        "train_code_dir": str(PROJECT / "molecule" / "sandbox" / "tests" / "scripts"),
+        "train_script": "stall_on_rank.py",
+        "train_script_args": [str(len(nodes) - 1), "8"],
+        "train_progress_regex": "^step ",
+        "train_stall_timeout": 20,
+        "train_watch_interval": 5,
+    }
+    last = Output(follow(master, f"{BASE}/jobs/{job_id}/node.log"), "[rank0]: step 2 ")
+    run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    report = Output(run, f"Job {job_id} stalled")
+    quiet_from = last.wait_seen(300)
+    seconds = report.wait_seen(300) - quiet_from
+    last.process.kill()
+    run.wait(timeout=120)
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -277,6 +363,21 @@ def main() -> None:
     print(f"teardown after a killed node (median): {statistics.median(down):.1f} s")
     print(
         f"kill to training resumed, train_max_restarts=1 (median): {statistics.median(again):.1f} s"
+    )
+    if len(nodes) >= 3:
+        lost = []
+        for i in range(args.repeat):
+            lost.append(lost_node(nodes, f"{tag}-lost-{i}", data))
+            print(f"lost node {i + 1}: training again on the rest {lost[-1]:.1f} s after the loss",
+                  flush=True)  # fmt: skip
+        print(f"node lost to training again (median): {statistics.median(lost):.1f} s")
+    stalls = []
+    for i in range(args.repeat):
+        stalls.append(stall(nodes, f"{tag}-stall-{i}", data))
+        print(f"stall {i + 1}: reported {stalls[-1]:.1f} s after rank 0's last line "
+              "(train_stall_timeout=20)", flush=True)  # fmt: skip
+    print(
+        f"stall to its report, train_stall_timeout=20 (median): {statistics.median(stalls):.1f} s"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch_job as tj
@@ -122,3 +123,62 @@ def test_the_first_node_to_end_leads_the_failures() -> None:
         "node3": tj.NodeState(tj.FAILED, "exit status 1", ended=1000.3),
     }
     assert tj.first_failure(states, list(states)) == ["node1", "node3", "node0", "node2"]
+
+
+def rank0_log(tmp_path: Path, clock: FakeTime, quiet_for: float = 0) -> tuple[Path, tj.RankZeroLog]:
+    log = tmp_path / "node.log"
+    log.write_text("=== torch-cluster: job j, attempt 1 ===\n")
+    return log, tj.RankZeroLog(
+        str(log), 0, lambda line: line.startswith("step"), quiet_for, clock.clock
+    )
+
+
+def test_rank_0_quiet_for_the_stall_timeout_stalls_a_running_job(tmp_path: Path) -> None:
+    time = FakeTime()
+    log, rank0 = rank0_log(tmp_path, time)
+    with log.open("a") as out:
+        out.write("[rank0]: step 1\n[rank1]: step 1\n")
+    result = tj.watch_round(
+        lambda: {"node0": RUN, "node1": RUN},
+        lambda: False,
+        wait=60,
+        poll=2,
+        clock=time.clock,
+        sleep=time.sleep,
+        stalled=lambda: rank0.stalled(20),
+    )
+    assert result.verdict.job == tj.JOB_STALLED
+    assert time.now == 20
+    assert rank0.progress == "step 1"
+
+
+def test_other_ranks_lines_do_not_count_and_rank_0s_do(tmp_path: Path) -> None:
+    time = FakeTime()
+    log, rank0 = rank0_log(tmp_path, time, quiet_for=15)
+    time.sleep(4)
+    with log.open("a") as out:
+        out.write("[rank1]: still here\n")
+    assert not rank0.stalled(20)
+    assert rank0.quiet_for() == 19
+    time.sleep(1)
+    with log.open("a") as out:
+        out.write("[rank0]: loading shard 3\n")
+    assert not rank0.stalled(20)
+    assert rank0.quiet_for() == 0
+    assert (rank0.last_line, rank0.progress) == ("loading shard 3", "")
+
+
+def test_a_failure_is_no_stall_and_no_timeout_is_no_watchdog(tmp_path: Path) -> None:
+    time = FakeTime()
+    _, rank0 = rank0_log(tmp_path, time, quiet_for=1000)
+    assert not rank0.stalled(0)
+    result = tj.watch_round(
+        lambda: {"node0": RUN, "node1": FAIL},
+        lambda: False,
+        wait=60,
+        poll=2,
+        clock=time.clock,
+        sleep=time.sleep,
+        stalled=lambda: True,
+    )
+    assert result.verdict.job == tj.JOB_FAILED
