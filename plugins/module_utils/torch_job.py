@@ -967,6 +967,19 @@ def node_changes(attempt: Attempt) -> list[str]:
     return lines
 
 
+def success_message(job_id: str, attempts: Sequence[Attempt]) -> str:
+    """A job that succeeded; after restarts, the last attempt's nodes and where it resumed."""
+    if len(attempts) == 1:
+        return f"Job {job_id} succeeded."
+    last = attempts[-1]
+    where = f" on {', '.join(last.nodes_used)}" if last.nodes_used else ""
+    resumed = f", resumed from {last.resumed_from}" if last.resumed_from else ""
+    return (
+        f"Job {job_id} succeeded after {len(attempts) - 1} restart(s): attempt {last.number} "
+        f"ran{where}{resumed}."
+    )
+
+
 def restart_message(job_id: str, attempt: Attempt, max_restarts: int) -> str:
     if attempt.left:
         changes = ". ".join(node_changes(attempt))

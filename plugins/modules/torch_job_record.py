@@ -29,6 +29,7 @@ try:
         job_failures,
         merge_tails,
         restart_message,
+        success_message,
         teardown_problems,
         time_left,
     )
@@ -50,6 +51,7 @@ except ImportError:
         job_failures,
         merge_tails,
         restart_message,
+        success_message,
         teardown_problems,
         time_left,
     )
@@ -334,8 +336,7 @@ def main() -> None:
     if attempt.restarted:
         message = restart_message(params["job_id"], attempt, params["max_restarts"])
     elif attempt.outcome == JOB_SUCCEEDED:
-        restarts = f" after {len(attempts) - 1} restart(s)" if len(attempts) > 1 else ""
-        message = f"Job {params['job_id']} succeeded{restarts}."
+        message = success_message(params["job_id"], attempts)
     else:
         message = final_message(
             params["job_id"],

@@ -269,3 +269,18 @@ def test_good_node_loss_inputs_pass() -> None:
         "train_limit_nofile": "65536",
     }
     assert tj.input_problems(inputs) == []
+
+
+def test_a_job_that_went_on_says_where_its_last_attempt_ran_and_resumed_from() -> None:
+    first = lost_attempt(restarted=True)
+    last = tj.Attempt(
+        number=2,
+        outcome=tj.JOB_SUCCEEDED,
+        nodes_used=["node0", "node1"],
+        resumed_from="the shared folder /shared",
+    )
+    assert tj.success_message("j", [first, last]) == (
+        "Job j succeeded after 1 restart(s): attempt 2 ran on node0, node1, resumed from the "
+        "shared folder /shared."
+    )
+    assert tj.success_message("j", [last]) == "Job j succeeded."

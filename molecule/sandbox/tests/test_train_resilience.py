@@ -105,6 +105,8 @@ def test_a_lost_worker_is_left_out_and_the_job_resumes_on_the_others(
     assert second["nodes_used"] == ["node0", "node1"]
     assert second["outcome"] == "succeeded"
     assert second["resumed_from"] == "the shared folder /shared"
+    ran = "attempt 2 ran on node0, node1, resumed from the shared folder /shared."
+    assert ran in outcome.output
     log = attempt_logs(job.log(node0))[-1]
     assert "start world_size=2 " in log
     resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
