@@ -676,6 +676,7 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
             f"train_user ({user}) must be ssh_trust_user ({trusted}): the master watches the other "
             "nodes over SSH as that user. Set only ssh_trust_user; train_user follows it"
         )
+    problems += confinement_problems(inputs)
     nodes = list(inputs.get("nodes", []))
     outside = [host for host in inputs.get("hosts", []) if host not in nodes]
     if outside:
@@ -693,6 +694,22 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
             re.compile(regex)
         except re.error as err:
             problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+def confinement_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """root as the training user (unless allowed), and the paths a confined job may write to."""
+    problems = []
+    if inputs.get("train_user") == "root" and not inputs.get("allow_root", False):
+        problems.append(
+            "train_user is root: every job would run as root on every node, so one script, or "
+            "one node taken over, would own the whole cluster. Use the unprivileged training user "
+            "(ssh_trust_user, default torch, created by provision.yml), or set "
+            "cluster_allow_root: true to accept that risk"
+        )
+    for path in inputs.get("train_writable_paths", []):
+        if not os.path.isabs(str(path)):
+            problems.append(f"train_writable_paths must hold absolute paths (got {path!r})")
     return problems
 
 

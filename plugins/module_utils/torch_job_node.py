@@ -179,6 +179,44 @@ def limit_properties(memlock: str, nofile: int) -> list[str]:
     ]
 
 
+# The folders that systemd's ProtectHome= hides (home directories and runtime folders).
+_PROTECTED_HOMES = ("/home", "/root", "/run/user")
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def protection_properties(home: str, writable: Sequence[str]) -> list[str]:
+    """The unit properties that confine a job (torch_job_unit's protect): no privilege gained
+    (setuid binaries run as the user), the whole filesystem read-only but the job's folders in
+    `writable` and the user's home, a /tmp of its own, every other home hidden and the user's
+    own ~/.ssh (its key to the other nodes) out of reach. /dev (the GPUs, /dev/shm), /proc and
+    /sys stay as they are."""
+    home = os.path.normpath(home) if home else ""
+    paths = [os.path.normpath(path) for path in writable if path]
+    properties = ["NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes"]
+    if home and any(_under(home, folder) for folder in _PROTECTED_HOMES):
+        # Every home is an empty read-only tmpfs, but the user's own, bound back in place.
+        properties += ["ProtectHome=tmpfs", f"BindPaths={_word(home)}"]
+    else:
+        properties.append("ProtectHome=yes")
+    if home and home != "/":
+        paths.append(home)
+    # One path a line: systemd splits a line at spaces, and a path may hold one.
+    properties += [f"ReadWritePaths={_word(path)}" for path in dict.fromkeys(paths)]
+    if home and home != "/":
+        # "-": no error where the user has no ~/.ssh.
+        properties.append(f"InaccessiblePaths={_word(os.path.join(home, '.ssh'), '-')}")
+    return properties
+
+
+def _word(path: str, prefix: str = "") -> str:
+    """A path as one word of a systemd path list, quoted when it holds a space."""
+    word = prefix + path
+    return f'"{word}"' if any(char.isspace() for char in word) else word
+
+
 def parse_limits(text: str) -> dict[str, int | str]:
     """The soft memlock (bytes) and nofile limits of a /proc/<pid>/limits text, each a number
     or UNLIMITED; one the text lacks is left out."""

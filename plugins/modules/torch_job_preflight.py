@@ -101,6 +101,11 @@ options:
     description: The training user.
     type: str
     default: root
+  writable:
+    description: Folders a confined job is given to write to; each must exist.
+    type: list
+    elements: path
+    default: []
   code_dir:
     description: Where this version of the code is staged on the node.
     type: path
@@ -286,6 +291,7 @@ def main() -> None:
                 "type": "path",
                 "default": "/etc/ansible/facts.d/shared_storage.fact",
             },
+            "writable": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -305,6 +311,12 @@ def main() -> None:
         *port_problems(node, p["port"]),
         *user_problems(node, p["user"], p["peers"]),
         *shared_problems,
+        *[
+            f"{node}: {path} (train_writable_paths) is not a folder here; a confined job "
+            "cannot be given a path that does not exist"
+            for path in p["writable"]
+            if not os.path.isdir(path)
+        ],
     ]
     if problems:
         module.fail_json(msg="; ".join(problems) + ".", problems=problems)

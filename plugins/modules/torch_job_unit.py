@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -29,6 +30,7 @@ try:
         limit_properties,
         matching_files,
         port_listeners,
+        protection_properties,
         rsync_filters,
     )
 except ImportError:
@@ -50,6 +52,7 @@ except ImportError:
         limit_properties,
         matching_files,
         port_listeners,
+        protection_properties,
         rsync_filters,
     )
 
@@ -183,6 +186,21 @@ options:
     type: list
     elements: path
     default: []
+  protect:
+    description:
+      - Confine the unit (I(state=started)) with systemd's sandboxing
+        (torch_job_node.protection_properties) C(NoNewPrivileges=yes), C(ProtectSystem=strict)
+        with C(ReadWritePaths) of I(folders), I(working_directory), I(writable) and the user's
+        home, C(PrivateTmp=yes), every other home hidden (C(ProtectHome=tmpfs) with the
+        user's own bound back) and the user's C(~/.ssh) inaccessible.
+      - C(/dev) (the GPUs, C(/dev/shm)), C(/proc) and C(/sys) stay as they are.
+    type: bool
+    default: false
+  writable:
+    description: With I(protect), more paths the job may write to; each must exist.
+    type: list
+    elements: path
+    default: []
 """
 
 RETURN = r"""
@@ -305,11 +323,54 @@ def systemd_run(params: dict) -> list[str]:
     argv += [f"--property=RequiresMountsFor={path}" for path in params["requires_mounts"]]
     limits = limit_properties(params["limit_memlock"], params["limit_nofile"])
     argv += [f"--property={limit}" for limit in limits]
+    if params["protect"]:
+        home = pwd.getpwnam(params["user"]).pw_dir
+        writable = [*params["folders"], params["working_directory"], *params["writable"]]
+        argv += [f"--property={prop}" for prop in protection_properties(home, writable)]
     if params["runtime_max_sec"] > 0:
         argv.append(f"--property=RuntimeMaxSec={params['runtime_max_sec']}")
     environment = {**params["env"], "TORCH_JOB_ID": params["job_id"]}
     argv += [f"--setenv={key}={value}" for key, value in environment.items()]
     return [*argv, "--", *params["command"]]
+
+
+def make_folder(folder: str, user: pwd.struct_passwd) -> None:
+    """Make a folder (and its parents) owned by the user. On a shared folder every node makes
+    the same folders at the same time (exist_ok). Where root may not write (an NFS export
+    that squashes root, as NFS does by default) the user makes it."""
+    try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+    except PermissionError:
+        as_user(user, lambda: os.makedirs(folder, mode=0o755, exist_ok=True))
+        return
+    if os.stat(folder).st_uid != user.pw_uid:
+        os.chown(folder, user.pw_uid, user.pw_gid)
+
+
+def as_user(user: pwd.struct_passwd, action: Callable[[], None]) -> None:
+    """Run the action in a child process with the user's ids; its OSError is raised here."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return from here
+        os.close(read)
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            action()
+        except OSError as err:
+            os.write(write, f"{err.errno}\0{err.strerror}\0{err.filename}".encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        number, message, name = ([*said.split("\0"), "", "", ""])[:3]
+        raise OSError(int(number or 0), f"{message or 'failed'} (as {user.pw_name})", name)
 
 
 def prepare(params: dict) -> int:
@@ -321,9 +382,7 @@ def prepare(params: dict) -> int:
     log = params["log"]
     for folder in [*params["folders"], params["working_directory"], os.path.dirname(log)]:
         if not os.path.isdir(folder):
-            # On a shared folder, every node makes the same folders at the same time.
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            os.chown(folder, user.pw_uid, user.pw_gid)
+            make_folder(folder, user)
     log_start = os.path.getsize(log) if os.path.exists(log) else 0
     if params["wrapper"]:
         write_if_changed(params["wrapper"], RECORD_WRAPPER)
@@ -331,6 +390,17 @@ def prepare(params: dict) -> int:
         with open(log, "a") as handle:
             handle.write(params["header"].rstrip("\n") + "\n")
     return log_start
+
+
+def prepare_or_fail(module: AnsibleModule) -> int:
+    try:
+        return prepare(module.params)
+    except OSError as err:
+        module.fail_json(
+            msg=f"cannot make the job's folders and files ready: {err}. The training user "
+            f"{module.params['user']} must be able to write to the parent folders (a job folder "
+            "that root made, before the training user, belongs to root: chown it to that user)"
+        )
 
 
 def start(module: AnsibleModule) -> None:
@@ -355,13 +425,13 @@ def start(module: AnsibleModule) -> None:
         if module.check_mode:
             module.exit_json(changed=True, command=params["command"], log_start=0)
         clear(module, params["name"], props)
-        log_start = prepare(params)
+        log_start = prepare_or_fail(module)
         module.exit_json(changed=True, command=params["command"], log_start=log_start)
     argv = systemd_run(params)
     if module.check_mode:
         module.exit_json(changed=True, command=argv, log_start=0)
     clear(module, params["name"], props)
-    log_start = prepare(params)
+    log_start = prepare_or_fail(module)
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)
@@ -426,6 +496,8 @@ def main() -> None:
             "remove": {"type": "list", "elements": "path", "default": []},
             "port": {"type": "int", "default": 0},
             "requires_mounts": {"type": "list", "elements": "path", "default": []},
+            "protect": {"type": "bool", "default": False},
+            "writable": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )

@@ -34,7 +34,8 @@ BAD = {
     "train_max_restarts": ("two", "train_max_restarts must be a whole number"),
     "train_watch_interval": ("0", "train_watch_interval must be a whole number of seconds"),
     "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
-    "train_user": ("root", "train_user (root) must be ssh_trust_user (ml)"),
+    "train_user": ("ops", "train_user (ops) must be ssh_trust_user (ml)"),
+    "train_writable_paths": (["/data/cache", "cache"], "train_writable_paths must hold absolute"),
     "hosts": (["node0", "node2"], "node2 not in train_nodes (node0, node1)"),
     "train_result_files": (["*.pt", "../secrets"], "must be relative to the output folder"),
     "train_output_copies": ("0", "train_output_copies must be a whole number, 1 or more"),
@@ -56,6 +57,14 @@ def test_each_bad_input_is_named_alone(name: str) -> None:
     assert not any(other in problems[0] for other in others)
 
 
+def test_root_as_the_training_user_is_refused_unless_allowed() -> None:
+    as_root = {**GOOD, "train_user": "root", "ssh_trust_user": "root"}
+    (problem,) = tj.input_problems(as_root)
+    assert problem.startswith("train_user is root: every job would run as root on every node")
+    assert "cluster_allow_root: true" in problem
+    assert tj.input_problems({**as_root, "allow_root": True}) == []
+
+
 @pytest.mark.parametrize("shared", ["auto", "", "/lustre/jobs"])
 def test_the_shared_folder_is_auto_none_or_a_path(shared: str) -> None:
     assert tj.input_problems({**GOOD, "train_shared_dir": shared}) == []
@@ -67,7 +76,7 @@ def test_an_empty_job_id_is_one_to_be_made_up() -> None:
 
 def test_without_ssh_trust_user_in_the_inventory_train_user_is_free() -> None:
     # The preflight then proves the SSH trust as train_user on the master instead.
-    assert tj.input_problems({**GOOD, "ssh_trust_user": "", "train_user": "root"}) == []
+    assert tj.input_problems({**GOOD, "ssh_trust_user": "", "train_user": "ops"}) == []
 
 
 def write(path: Path, text: str) -> None:

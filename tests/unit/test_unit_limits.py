@@ -5,8 +5,11 @@ check's judgement of what a unit got (cluster_health)."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import pwd
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import cluster_health as ch
@@ -77,10 +80,25 @@ def test_the_units_systemd_run_carries_the_limits(
         "name": "torch-job-a", "description": "", "user": "root", "working_directory": "/w",
         "log": "/w/node.log", "requires_mounts": [], "runtime_max_sec": 0, "env": {},
         "job_id": "a", "command": ["torchrun"], "limit_memlock": memlock, "limit_nofile": nofile,
+        "protect": False, "folders": [], "writable": [],
     }  # fmt: skip
     argv = _torch_job_unit().systemd_run(params)
     assert [arg for arg in argv if arg.startswith("--property=Limit")] == properties
     assert argv[-2:] == ["--", "torchrun"]
+    assert not any("Protect" in arg for arg in argv)
+
+
+def test_a_protected_units_systemd_run_carries_the_confinement() -> None:
+    params = {
+        "name": "torch-job-a", "description": "", "user": "root", "working_directory": "/w/out",
+        "log": "/w/node.log", "requires_mounts": [], "runtime_max_sec": 0, "env": {},
+        "job_id": "a", "command": ["torchrun"], "limit_memlock": "", "limit_nofile": 0,
+        "protect": True, "folders": ["/w", "/w/out"], "writable": ["/data/cache"],
+    }  # fmt: skip
+    argv = _torch_job_unit().systemd_run(params)
+    assert "--property=NoNewPrivileges=yes" in argv
+    writable = [arg.split("=", 2)[2] for arg in argv if "ReadWritePaths=" in arg]
+    assert writable == ["/w", "/w/out", "/data/cache", "/root"]
 
 
 def test_a_units_limits_are_read_from_a_transient_unit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,3 +217,60 @@ def test_the_limits_are_reported_one_line_per_node() -> None:
     ]
     report = ch.markdown("t", [], {}, {}, [], limits=ch.limit_lines(rows))
     assert "## Job unit limits\n\n```\nJob unit limits (asked:" in report
+
+
+def test_a_confined_unit_writes_only_to_its_folders_and_the_users_home() -> None:
+    properties = tjn.protection_properties(
+        "/home/torch", ["/var/lib/torch-cluster/jobs/j1", "/shared/jobs/j1/output"]
+    )
+    assert properties == [
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "ProtectHome=tmpfs",
+        "BindPaths=/home/torch",
+        "ReadWritePaths=/var/lib/torch-cluster/jobs/j1",
+        "ReadWritePaths=/shared/jobs/j1/output",
+        "ReadWritePaths=/home/torch",
+        "InaccessiblePaths=-/home/torch/.ssh",
+    ]
+
+
+def test_a_home_outside_the_hidden_folders_is_left_in_place_and_writable() -> None:
+    properties = tjn.protection_properties("/srv/users/ml/", ["/jobs/a", "/jobs/a/", "/my data"])
+    assert "ProtectHome=yes" in properties
+    assert not any(prop.startswith("BindPaths=") for prop in properties)
+    writable = [prop for prop in properties if prop.startswith("ReadWritePaths=")]
+    # Each path once, normalised; one with a space quoted as one word.
+    assert writable == [
+        "ReadWritePaths=/jobs/a",
+        'ReadWritePaths="/my data"',
+        "ReadWritePaths=/srv/users/ml",
+    ]
+    assert properties[-1] == "InaccessiblePaths=-/srv/users/ml/.ssh"
+
+
+def test_roots_home_is_hidden_from_nobody_but_root() -> None:
+    properties = tjn.protection_properties("/root", ["/jobs/a"])
+    assert properties[3:5] == ["ProtectHome=tmpfs", "BindPaths=/root"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to another user: needs root")
+def test_a_folder_root_may_not_make_is_made_by_the_user() -> None:
+    unit = _torch_job_unit()
+    nobody = pwd.getpwnam("nobody")
+    # Under /tmp: pytest's own folders are open to their owner alone.
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        top = Path(folder)
+        top.chmod(0o755)
+        open_to_all = top / "export"
+        open_to_all.mkdir()
+        open_to_all.chmod(0o777)
+        made = open_to_all / "jobs" / "j1" / "output"
+        unit.as_user(nobody, lambda: os.makedirs(made))
+        assert made.stat().st_uid == nobody.pw_uid
+        closed = top / "root-only"
+        closed.mkdir(mode=0o755)
+        with pytest.raises(PermissionError, match=r"Permission denied \(as nobody\)"):
+            unit.as_user(nobody, lambda: os.makedirs(closed / "j2"))
+        assert not (closed / "j2").exists()
