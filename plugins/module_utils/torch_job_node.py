@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -209,6 +210,22 @@ def protection_properties(home: str, writable: Sequence[str]) -> list[str]:
         # "-": no error where the user has no ~/.ssh.
         properties.append(f"InaccessiblePaths={_word(os.path.join(home, '.ssh'), '-')}")
     return properties
+
+
+def gpu_device_nodes_command(
+    gpu_dir: str = "/proc/driver/nvidia/gpus",
+    uvm: str = "/dev/nvidia-uvm",
+    modprobe: str | None = None,
+) -> list[str]:
+    """The command that makes the NVIDIA device nodes a CUDA process needs, where they are
+    missing on a node with GPUs; [] where nothing is to do. CUDA makes them itself through the
+    setuid nvidia-modprobe, which a job unit without privileges (NoNewPrivileges, an
+    unprivileged user) cannot use: the launcher runs it as root before the start."""
+    if not os.path.isdir(gpu_dir) or not os.listdir(gpu_dir) or os.path.exists(uvm):
+        return []
+    modprobe = modprobe if modprobe is not None else shutil.which("nvidia-modprobe")
+    # -u: the unified memory module and its nodes; -c=0: /dev/nvidiactl and /dev/nvidia0.
+    return [modprobe, "-u", "-c=0"] if modprobe else []
 
 
 def _word(path: str, prefix: str = "") -> str:

@@ -26,6 +26,7 @@ try:
     from ansible.module_utils.torch_job_node import (
         LIMIT_MEMLOCK,
         LIMIT_NOFILE,
+        gpu_device_nodes_command,
         job_processes,
         limit_properties,
         matching_files,
@@ -48,6 +49,7 @@ except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
         LIMIT_MEMLOCK,
         LIMIT_NOFILE,
+        gpu_device_nodes_command,
         job_processes,
         limit_properties,
         matching_files,
@@ -432,6 +434,11 @@ def start(module: AnsibleModule) -> None:
         module.exit_json(changed=True, command=argv, log_start=0)
     clear(module, params["name"], props)
     log_start = prepare_or_fail(module)
+    devices = gpu_device_nodes_command()
+    if devices:
+        rc, out, err = module.run_command(devices)
+        if rc != 0:
+            module.fail_json(msg=f"{' '.join(devices)} failed: {(err or out).strip()}")
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)

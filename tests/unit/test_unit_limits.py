@@ -274,3 +274,19 @@ def test_a_folder_root_may_not_make_is_made_by_the_user() -> None:
         with pytest.raises(PermissionError, match=r"Permission denied \(as nobody\)"):
             unit.as_user(nobody, lambda: os.makedirs(closed / "j2"))
         assert not (closed / "j2").exists()
+
+
+def test_missing_gpu_device_nodes_are_made_by_root_before_a_confined_start(
+    tmp_path: Path,
+) -> None:
+    gpus, uvm = tmp_path / "gpus", tmp_path / "nvidia-uvm"
+    gpus.mkdir()
+    # No GPU: nothing to do.
+    assert tjn.gpu_device_nodes_command(str(gpus), str(uvm), "/usr/bin/nvidia-modprobe") == []
+    (gpus / "0000:18:00.0").mkdir()
+    made = tjn.gpu_device_nodes_command(str(gpus), str(uvm), "/usr/bin/nvidia-modprobe")
+    assert made == ["/usr/bin/nvidia-modprobe", "-u", "-c=0"]
+    # No nvidia-modprobe on the node: nothing to run (CUDA then says what is missing).
+    assert tjn.gpu_device_nodes_command(str(gpus), str(uvm), "") == []
+    uvm.touch()
+    assert tjn.gpu_device_nodes_command(str(gpus), str(uvm), "/usr/bin/nvidia-modprobe") == []

@@ -53,7 +53,7 @@ def slurm_jobs(master: Node, job: Job) -> list[str]:
 
 def accounting(master: Node, job: Job) -> list[dict[str, str]]:
     """sacct's records of the launcher job's Slurm jobs (one per attempt)."""
-    fields = ["JobID", "State", "Start", "End", "NodeList"]
+    fields = ["JobID", "State", "Start", "End", "NodeList", "User"]
     out = master.host.check_output(
         f"sacct --allusers --allocations --parsable2 --noheader --name=torch-{job.job_id} "
         f"--format={','.join(fields)}"
@@ -122,6 +122,8 @@ def test_train_through_slurm_gives_world_size_4_and_the_default_launchers_files(
     # One Slurm job on every node, recorded for sacct, and each node's part in its own log.
     (record,) = accounting(master, job)
     assert record["State"] == "COMPLETED"
+    # Submitted and run as the training user, not root.
+    assert record["User"] == master.setting("ssh_trust_user", "ssh_trust") != "root"
     assert set(
         re.findall(
             r"node\d+",
@@ -232,7 +234,8 @@ def test_an_exported_batch_script_runs_when_submitted_by_hand(
     # the same as the runs folder's.
     on_master = f"{job.folder}/job.sbatch"
     assert master.host.file(on_master).content_string == script.read_text()
-    submitted = master.host.run(f"sbatch --wait {on_master}")
+    user = master.setting("ssh_trust_user", "ssh_trust")
+    submitted = master.host.run(f"runuser -u {user} -- sbatch --wait {on_master}")
     assert submitted.rc == 0, submitted.stdout + submitted.stderr + job.log(master)
     result = json.loads(master.host.check_output(f"cat {job.output}/metrics.json"))
     assert result["world_size"] == 2 * len(members)
