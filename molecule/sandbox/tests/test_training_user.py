@@ -170,17 +170,18 @@ def test_root_is_refused_then_allowed_then_taken_away_by_the_next_provision(
     """ssh_trust_user=root: refused, changing nothing; with cluster_allow_root the root mesh
     of earlier versions works; provision.yml with the defaults then removes it, keeping every
     other line of root's authorized_keys. The tags keep it to the roles concerned (the
-    preflight runs whatever the tags)."""
+    preflight runs whatever the tags); the sandbox's shared folder stays mounted as the
+    training user (an sshfs mount's user is part of its source)."""
     tags = ("--tags", "training_user,ssh_trust")
+    user = user_of(members[0])
+    as_root = {"ssh_trust_user": "root", "shared_storage_user": user}
     before = {node.name: _authorized(node, "root") for node in members}
-    refused = playbook.run("provision.yml", {"ssh_trust_user": "root"}, args=tags)
+    refused = playbook.run("provision.yml", as_root, args=tags)
     assert refused.rc != 0
     assert "cluster_allow_root: true" in refused.output, refused.output
     assert {node.name: _authorized(node, "root") for node in members} == before
     try:
-        allowed = playbook.run(
-            "provision.yml", {"ssh_trust_user": "root", "cluster_allow_root": True}, args=tags
-        )
+        allowed = playbook.run("provision.yml", {**as_root, "cluster_allow_root": True}, args=tags)
         assert allowed.rc == 0, allowed.output
         assert ssh_as(members[0], "root", members[1], "-o", "StrictHostKeyChecking=yes") == (0, "")
         keys = {node.name: node.host.run("ls /root/.ssh").stdout.split() for node in members}
@@ -199,5 +200,4 @@ def test_root_is_refused_then_allowed_then_taken_away_by_the_next_provision(
         assert not made & left, (node.name, made & left)
     rc, stderr = ssh_as(members[0], "root", members[1], "-o", "StrictHostKeyChecking=yes")
     assert rc == 255, stderr
-    user = user_of(members[0])
     assert ssh_as(members[0], user, members[1], "-o", "StrictHostKeyChecking=yes") == (0, "")
