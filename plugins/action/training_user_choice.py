@@ -1,0 +1,68 @@
+"""Action plugin: choose the training user's UID and GID, once, for every node, on the
+controller, from what the training_user_ids module read on each node.
+
+Runs on the controller alone (no module, nothing sent to a node), before anything changes:
+refuses, naming each node and its ids, users whose ids disagree, ids that something else has,
+and inputs the role cannot use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ansible.plugins.action import ActionBase
+
+
+def _load_training_user():
+    """plugins/module_utils/training_user.py, loaded from beside this plugin (in the
+    repository and in the collection alike)."""
+    name = "torch_cluster_module_utils_training_user"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "module_utils" / "training_user.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+training_user = _load_training_user()
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("name", "uid", "gid", "id_min", "home", "shell", "probes"))
+    _supports_check_mode = True
+    _NUMBERS = (("uid", 0), ("gid", 0), ("id_min", 2000))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            uid, gid, id_min = (int(args.get(key, default)) for key, default in self._NUMBERS)
+        except (TypeError, ValueError):
+            result.update(
+                failed=True,
+                msg="training_user_uid, training_user_gid and training_user_id_min must be "
+                f"whole numbers, got {args.get('uid')!r}, {args.get('gid')!r}, "
+                f"{args.get('id_min')!r}",
+            )
+            return result
+        name, home = str(args.get("name", "")), str(args.get("home") or "")
+        problems = training_user.input_problems(
+            name, home=home, shell=str(args.get("shell", "")), uid=uid, gid=gid, id_min=id_min
+        )
+        choice = None
+        if not problems:
+            # A node Ansible could not reach has a result without the module's keys.
+            choice, problems = training_user.choose_ids(
+                name, dict(args.get("probes") or {}), uid=uid, gid=gid, id_min=id_min, home=home
+            )
+        result["changed"] = False
+        if problems:
+            result.update(failed=True, problems=problems, msg=" ".join(f"{p}." for p in problems))
+        else:
+            result.update(choice)
+        return result
