@@ -54,6 +54,12 @@ options:
     description: Seconds to wait for the server to answer.
     type: float
     default: 5
+  user_missing_ok:
+    description:
+      - A missing I(user) is no problem (another role creates it first, with the same ids on
+        every node); its UID and GID are then -1.
+    type: bool
+    default: false
   user:
     description: The training user.
     type: str
@@ -105,6 +111,7 @@ def main() -> None:
             "port": {"type": "int", "default": 0},
             "timeout": {"type": "float", "default": 5},
             "user": {"type": "str", "default": "root"},
+            "user_missing_ok": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -140,7 +147,8 @@ def main() -> None:
         uid, gid = user.pw_uid, user.pw_gid
     except KeyError:
         uid = gid = -1
-        problems.append(f"the training user {p['user']} does not exist")
+        if not p["user_missing_ok"]:
+            problems.append(f"the training user {p['user']} does not exist")
     module.exit_json(changed=False, problems=problems, mounted=mounted, uid=uid, gid=gid)
 
 
