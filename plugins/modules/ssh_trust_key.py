@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Ansible module: choose the SSH key type for the training user, from the node's FIPS mode."""
+"""Ansible module: choose the SSH key type for the training user, from the node's FIPS mode,
+and the options that the other nodes authorize the key with."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from ansible.module_utils.basic import AnsibleModule
 # torch_cluster.cluster collection.
 try:
     from ansible.module_utils.ssh_key_choice import CHOICES, choose, fips_enabled
+    from ansible.module_utils.ssh_trust import authorized_options
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_key_choice import (
         CHOICES,
         choose,
         fips_enabled,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_trust import (
+        authorized_options,
     )
 
 DOCUMENTATION = r"""
@@ -23,6 +28,9 @@ description:
   - Reads the node's FIPS mode from I(fips_file) and returns the key type to create.
   - C(auto) gives ed25519, or ECDSA P-256 on a node in FIPS mode, where OpenSSH refuses ed25519.
   - Fails, naming the reason, when I(key_type) forces ed25519 on a FIPS node.
+  - With I(peers), also returns the authorized_keys options for the members' keys, which allow
+    them only from the members' addresses and C(restrict) them (no pty, forwarding, agent, X11
+    or user rc).
   - Reads only; changes nothing.
 options:
   key_type:
@@ -33,6 +41,10 @@ options:
     description: Where the kernel reports FIPS mode.
     type: path
     default: /proc/sys/crypto/fips_enabled
+  peers:
+    description: Every member's name to its IP address (IPv4 or IPv6), this node's included.
+    type: dict
+    default: {}
 """
 
 RETURN = r"""
@@ -52,6 +64,12 @@ fips:
   description: Whether the node is in FIPS mode.
   type: bool
   returned: always
+authorized_options:
+  description: >-
+    The authorized_keys options for a member's key, e.g. C(from="10.0.0.1,10.0.0.2",restrict):
+    every member's address, once, IPv4 first, in numeric order.
+  type: str
+  returned: when peers is not empty
 """
 
 
@@ -60,6 +78,7 @@ def main() -> None:
         argument_spec={
             "key_type": {"type": "str", "default": "auto"},
             "fips_file": {"type": "path", "default": "/proc/sys/crypto/fips_enabled"},
+            "peers": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -72,6 +91,12 @@ def main() -> None:
     key, problem = choose(module.params["key_type"], fips)
     if problem:
         module.fail_json(msg=problem, fips=fips, choices=list(CHOICES))
+    peers = module.params["peers"]
+    if peers:
+        try:
+            key["authorized_options"] = authorized_options(peers.values())
+        except ValueError as error:
+            module.fail_json(msg=f"ssh_trust_peers: {error}", fips=fips)
     module.exit_json(changed=False, **key)
 
 
