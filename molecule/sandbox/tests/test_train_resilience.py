@@ -48,7 +48,9 @@ def three_nodes(
         paths[name] = folder / f"{name}.yml"
         paths[name].write_text(yaml.safe_dump(content, sort_keys=False))
     provision = Playbook(inventory_file, folder / "runs")
-    outcome = provision.run("provision.yml", {}, inventories=(paths["all"],), timeout=900)
+    # The extra node has no torch yet: from the controller's wheelhouse, as converge.yml does.
+    offline = {"pytorch_wheelhouse_dir": str(PROJECT_DIR / ".cache" / "wheelhouse")}
+    outcome = provision.run("provision.yml", offline, inventories=(paths["all"],), timeout=900)
     assert outcome.rc == 0, outcome.output[-3000:]
     return paths
 
