@@ -27,12 +27,19 @@ def user_of(node: Node) -> str:
     return node.setting("ssh_trust_user", "ssh_trust")
 
 
+def run_ssh(node: Node, argv: list[str]) -> tuple[int, str]:
+    """An ssh command on the node: its exit status and output (testinfra takes a 255, ssh's
+    own failure, for its own connection's)."""
+    done = node.host.run(f'{shlex.join(argv)} 2>&1; echo "exit=$?"')
+    *output, status = done.stdout.rstrip("\n").split("\n")
+    return int(status.removeprefix("exit=")), "\n".join(output)
+
+
 def ssh_as(source: Node, user: str, target: Node, *options: str) -> tuple[int, str]:
-    """BatchMode ssh from source, as user, to target; rc and stderr."""
+    """BatchMode ssh from source, as user, to target; its exit status and output."""
     argv = [*BATCH_SSH, *options, target.address, "true"]
     prefix = [] if user == "root" else ["runuser", "-u", user, "--"]
-    done = source.host.run(shlex.join([*prefix, *argv]))
-    return done.rc, done.stderr
+    return run_ssh(source, [*prefix, *argv])
 
 
 def test_the_training_user_is_the_same_unprivileged_user_on_every_node(
@@ -91,9 +98,9 @@ def test_a_key_copied_off_a_node_is_refused_from_outside_the_cluster(
     since = target.host.check_output("date '+%Y-%m-%d %H:%M:%S'")
     login = [*BATCH_SSH, "-o", "StrictHostKeyChecking=no", "-o", "IdentitiesOnly=yes"]
     login += ["-i", stolen_key, f"{user}@{target.address}", "true"]
-    done = outsider.host.run(shlex.join(login))
-    assert done.rc == 255, done.stderr
-    assert "Permission denied" in done.stderr
+    rc, output = run_ssh(outsider, login)
+    assert rc == 255, output
+    assert "Permission denied" in output
     journal = target.host.check_output(f"journalctl --no-pager --since '{since}' _COMM=sshd")
     assert "with correct key but not from a permitted host" in journal, journal
     assert outsider.address in journal
