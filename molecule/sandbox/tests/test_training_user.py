@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launcher import Job, Playbook, attempts, job_vars
+from launcher import SHARED_DIR, Job, Playbook, attempts, job_vars
 from sandbox_nodes import Node
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -109,26 +109,30 @@ def test_a_key_copied_off_a_node_is_refused_from_outside_the_cluster(
 
 
 @pytest.fixture
-def other_job(members: list[Node]) -> Iterator[str]:
-    """Another job's folder on every node, the training user's, as an earlier job leaves it."""
-    folder = f"/var/lib/torch-cluster/jobs/other-{secrets.token_hex(4)}"
+def other_jobs(members: list[Node]) -> Iterator[list[str]]:
+    """Another job's folders, the training user's, as an earlier job leaves them: its folder
+    on every node, and its output folder on the shared folder."""
+    other = f"other-{secrets.token_hex(4)}"
+    local, shared = f"/var/lib/torch-cluster/jobs/{other}", f"{SHARED_DIR}/jobs/{other}/output"
     user = user_of(members[0])
     for node in members:
-        node.host.run_expect([0], f"install -d -o {user} -g {user} -m 0755 {folder}")
-    yield folder
+        node.host.run_expect([0], f"install -d -o {user} -g {user} -m 0755 {local}")
+    members[0].host.run_expect([0], f"runuser -u {user} -- mkdir -p {shared}")
+    yield [local, shared]
     for node in members:
-        node.host.run(f"rm -rf {folder}")
+        node.host.run(f"rm -rf {local}")
+    members[0].host.run(f"rm -rf {SHARED_DIR}/jobs/{other}")
 
 
 def test_a_job_runs_as_the_training_user_confined_and_resumes_from_its_snapshot(
-    playbook: Playbook, members: list[Node], job: Job, other_job: str
+    playbook: Playbook, members: list[Node], job: Job, other_jobs: list[str]
 ) -> None:
     user = user_of(members[0])
     uid = members[0].host.check_output(f"id -u {user}")
     extra = {
         "train_code_dir": str(SCRIPTS),
         "train_script": "confined_snapshot.py",
-        "train_script_args": ["6", other_job],
+        "train_script_args": ["6", *other_jobs],
         "train_max_restarts": 1,
         "train_watch_interval": 2,
         "nproc": 1,
@@ -142,7 +146,7 @@ def test_a_job_runs_as_the_training_user_confined_and_resumes_from_its_snapshot(
         assert f"rank {rank}: id -u {uid} ({user})" in log
         probes = dict(re.findall(rf"rank {rank}: probe (\S+): (\w+)", log))
         assert probes["/etc"] == probes["/usr"] == "refused", probes
-        assert probes[other_job] == "refused", probes
+        assert probes[other_jobs[0]] == probes[other_jobs[1]] == "refused", probes
         assert probes[f"/home/{user}/.ssh"] == "refused", probes
         for writable in (job.output, "/tmp", f"/home/{user}", "/dev/shm"):
             assert probes[writable] == "written", (writable, probes)
@@ -151,7 +155,8 @@ def test_a_job_runs_as_the_training_user_confined_and_resumes_from_its_snapshot(
     for rank in range(len(members)):
         assert f"rank {rank}: Resuming training from snapshot at Epoch 3" in log
     for node in members:
-        assert node.host.run(f"ls {other_job}").stdout == ""
+        for folder in other_jobs:
+            assert node.host.run(f"ls {folder}").stdout == ""
 
 
 def _authorized(node: Node, user: str) -> str:

@@ -1,9 +1,9 @@
 """A user's script, written the tutorial's way, that also reports what its unit lets it do.
 
-    confined_snapshot.py EPOCHS OTHER_JOB_FOLDER   (under torchrun, gloo)
+    confined_snapshot.py EPOCHS OTHER_JOB_FOLDER...   (under torchrun, gloo)
 
 Every rank prints who it runs as (`id -u`, `id -un`) and tries to write where a script
-should not (/etc, /usr, another job's folder, the user's ~/.ssh) and where it should (the
+should not (/etc, /usr, other jobs' folders, the user's ~/.ssh) and where it should (the
 current folder, which is the job's output folder, /tmp, the user's home, /dev/shm), one
 "probe PATH: written" or "probe PATH: refused (ERRNO)" line each. Then it trains a tiny model
 with DDP: global rank 0 alone saves snapshot.pt in the current folder after each epoch,
@@ -39,7 +39,7 @@ def probe(path: Path) -> str:
 
 
 def main() -> None:
-    epochs, other_job = int(sys.argv[1]), Path(sys.argv[2])
+    epochs, other_jobs = int(sys.argv[1]), [Path(folder) for folder in sys.argv[2:]]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     uid = subprocess.run(["id", "-u"], capture_output=True, text=True, check=True).stdout.strip()
@@ -50,7 +50,7 @@ def main() -> None:
     for path in (
         Path("/etc") / tag,
         Path("/usr") / tag,
-        other_job / tag,
+        *(folder / tag for folder in other_jobs),
         home / ".ssh" / tag,
         Path.cwd() / tag,
         Path("/tmp") / tag,
