@@ -141,6 +141,16 @@ def resolve_shared_dir(given: str, fact: str) -> str:
 
 
 # --- The proof: every node writes, every node reads --------------------------------------
+def _reason(result: Mapping[str, object]) -> str:
+    """Why a step of the proof failed on a node: the module's error, or Ansible's (a task that
+    could not run there at all, such as sudo to a user the node lacks)."""
+    for key in ("error", "module_stderr", "msg"):
+        text = " ".join(str(result.get(key) or "").split())
+        if text:
+            return text
+    return "no reason given"
+
+
 def proof_problems(
     nodes: Sequence[str],
     path: str,
@@ -160,12 +170,12 @@ def proof_problems(
     seen: dict[str, frozenset[str]] = {}
     for name in nodes:
         wrote, read = writes.get(name), reads.get(name)
-        if wrote is None or read is None:
+        if wrote is None or read is None or wrote.get("unreachable") or read.get("unreachable"):
             problems[name] = "did not answer"
         elif not wrote.get("ok"):
-            problems[name] = f"cannot write to {path}: {wrote.get('error') or 'no reason given'}"
-        elif read.get("error"):
-            problems[name] = f"cannot read {path}: {read['error']}"
+            problems[name] = f"cannot write to {path}: {_reason(wrote)}"
+        elif read.get("error") or "seen" not in read:
+            problems[name] = f"cannot read {path}: {_reason(read)}"
         else:
             seen[name] = frozenset(read.get("seen") or ())  # type: ignore[arg-type]
     views: dict[frozenset[str], list[str]] = {}

@@ -144,6 +144,25 @@ def test_a_node_whose_mount_is_missing_is_named_with_what_it_sees() -> None:
     assert f"theirs on fuse.sshfs {SSHFS_SOURCE} at /shared" in problem["problem"]
 
 
+def test_a_node_where_the_proof_could_not_run_is_named_with_ansibles_reason() -> None:
+    # As Ansible registers a task that sudo could not start (failed_when: false), and one
+    # whose node did not answer (ignore_unreachable).
+    sudo = {
+        "changed": False, "failed": False, "rc": 1, "module_stdout": "",
+        "module_stderr": "sudo: unknown user torch\nsudo: error initializing audit plugin\n",
+        "msg": "Module result deserialization failed: No start of json char found",
+    }  # fmt: skip
+    gone = {"unreachable": True, "msg": "Failed to connect to the host via ssh"}
+    writes = {"node0": wrote(), "node1": sudo, "node2": gone}
+    reads = {"node0": saw("node0"), "node1": sudo, "node2": gone}
+    problems = {p["node"]: p["problem"] for p in ss.proof_problems(NODES, "/shared", writes, reads)}
+    assert problems == {
+        "node1": "cannot write to /shared: sudo: unknown user torch sudo: error initializing audit "
+        "plugin",
+        "node2": "did not answer",
+    }
+
+
 def test_of_two_nodes_the_one_without_the_mount_is_named() -> None:
     nodes = ["node0", "node1"]
     writes = {"node0": wrote(), "node1": wrote(LOCAL)}

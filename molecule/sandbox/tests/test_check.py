@@ -79,7 +79,8 @@ def test_a_healthy_cluster_passes_with_every_section_measured(
         assert wrote["write_mb_s"] > 0
         assert wrote["mount"]["mount_point"] == "/shared"
     assert "## Shared folder" in markdown
-    assert f"  {names[1]}: fuse.sshfs root@{members[0].address}:" in outcome.output
+    user = members[0].setting("ssh_trust_user", "ssh_trust")
+    assert f"  {names[1]}: fuse.sshfs {user}@{members[0].address}:" in outcome.output
 
 
 def test_a_slow_node_is_named_from_the_pairwise_bandwidth(

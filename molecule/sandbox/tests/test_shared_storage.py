@@ -27,7 +27,8 @@ def test_every_node_mounts_the_folder_that_node0_serves_persistently(
     members: list[Node],
 ) -> None:
     server, *clients = members
-    source = f"root@{server.address}:{EXPORT}"
+    # Mounted with the training user's key, as that user.
+    source = f"{server.setting('ssh_trust_user', 'ssh_trust')}@{server.address}:{EXPORT}"
     for node in clients:
         assert node.host.check_output(f"findmnt -n -o FSTYPE,SOURCE {SHARED_DIR}").split() == [
             "fuse.sshfs",

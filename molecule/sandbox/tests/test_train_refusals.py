@@ -134,8 +134,8 @@ def test_a_bad_job_id_is_refused_naming_only_the_job_id(
 def test_a_train_user_other_than_ssh_trust_user_is_refused(
     playbook: Playbook, job: Job, members: list[Node]
 ) -> None:
-    outcome = train(playbook, job, train_user="nobody", ssh_trust_user="root")
-    message = "train_user (nobody) must be ssh_trust_user (root)"
+    outcome = train(playbook, job, train_user="nobody", ssh_trust_user="torch")
+    message = "train_user (nobody) must be ssh_trust_user (torch)"
     assert_refused_before_anything_started(outcome, message, job, members)
 
 
