@@ -35,7 +35,7 @@ REPOS = PROJECT_DIR / ".cache" / "el9-repos"
 SERVED = "file:///srv/el9-repos"
 NCCL = "2.30.7-1+cuda13.0"
 OTHER_NCCL = "2.28.9-1+cuda13.0"
-TAGS = "epel,nccl,firewall,ssh_trust"
+TAGS = "epel,nccl,firewall,training_user,ssh_trust"
 
 
 @functools.cache
@@ -184,7 +184,9 @@ def test_firewalld_trusts_the_members_and_ssh_works_between_them(
     assert first_run.rc == 0, first_run.output
     first, second = el9_nodes[:2]
     assert first.host.service("firewalld").is_running
-    reach = first.host.run(f"ssh -o BatchMode=yes {second.address} cat /etc/rocky-release")
+    user = first.setting("ssh_trust_user", "ssh_trust")
+    ssh = f"ssh -o BatchMode=yes {second.address} cat /etc/rocky-release"
+    reach = first.host.run(f"runuser -u {user} -- {ssh}")
     assert reach.rc == 0, reach.stderr
     assert "Rocky Linux release 9" in reach.stdout
 
