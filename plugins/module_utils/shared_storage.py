@@ -151,6 +151,19 @@ def _reason(result: Mapping[str, object]) -> str:
     return "no reason given"
 
 
+def _step_problem(
+    path: str, wrote: Mapping[str, object] | None, read: Mapping[str, object] | None
+) -> str:
+    """Why a node's write or read of the proof failed; "" when both ran."""
+    if wrote is None or read is None or wrote.get("unreachable") or read.get("unreachable"):
+        return "did not answer"
+    if not wrote.get("ok"):
+        return f"cannot write to {path}: {_reason(wrote)}"
+    if read.get("error") or "seen" not in read:
+        return f"cannot read {path}: {_reason(read)}"
+    return ""
+
+
 def proof_problems(
     nodes: Sequence[str],
     path: str,
@@ -170,12 +183,9 @@ def proof_problems(
     seen: dict[str, frozenset[str]] = {}
     for name in nodes:
         wrote, read = writes.get(name), reads.get(name)
-        if wrote is None or read is None or wrote.get("unreachable") or read.get("unreachable"):
-            problems[name] = "did not answer"
-        elif not wrote.get("ok"):
-            problems[name] = f"cannot write to {path}: {_reason(wrote)}"
-        elif read.get("error") or "seen" not in read:
-            problems[name] = f"cannot read {path}: {_reason(read)}"
+        failed = _step_problem(path, wrote, read)
+        if failed:
+            problems[name] = failed
         else:
             seen[name] = frozenset(read.get("seen") or ())  # type: ignore[arg-type]
     views: dict[frozenset[str], list[str]] = {}
@@ -213,4 +223,20 @@ def proof_problems(
                 )
             for name in set(members) - shared:  # wrote, but the others could not read it back
                 problems[name] = f"its file in {path} was not seen by the other nodes"
+            # A node that could not write where the others share a mount, its own folder on
+            # another filesystem: the mount is missing (and its bare mount point is root's).
+            for name in nodes:
+                mount: Mapping[str, str] = (writes.get(name) or {}).get("mount") or {}  # type: ignore[assignment]
+                if (
+                    name in problems
+                    and name not in seen
+                    and mount
+                    and mounted(members[0])
+                    and describe_mount(mount) != where(members[0])
+                ):
+                    problems[name] = (
+                        f"sees another filesystem at {path} (its {path} is on "
+                        f"{describe_mount(mount)}; theirs on {where(members[0])}), and "
+                        f"{problems[name]}. Is the shared folder mounted there?"
+                    )
     return [{"node": name, "problem": problems[name]} for name in nodes if name in problems]

@@ -104,7 +104,7 @@ def sbatch_script(
             "    ;;",
             "esac",
             f"cd {shlex.quote(output_dir)} || exit 2",
-            f"exec >> {shlex.quote(log)} 2>&1",
+            f"exec >> {shlex.quote(log)} 2>&1 || exit 2",
             f'echo "=== torch-cluster: job {job_id}, attempt {attempt}, Slurm job '
             '${SLURM_JOB_ID}, node ${SLURMD_NODENAME} (node_rank ${TORCH_JOB_NODE_RANK}) ==="',
             'exec "${command[@]}"',

@@ -391,6 +391,9 @@ def prepare(params: dict) -> int:
     if params["header"]:
         with open(log, "a") as handle:
             handle.write(params["header"].rstrip("\n") + "\n")
+    # Another launcher's step (Slurm's) appends to the log as the user; systemd opens it as root.
+    if os.path.exists(log) and os.stat(log).st_uid != user.pw_uid:
+        os.chown(log, user.pw_uid, user.pw_gid)
     return log_start
 
 

@@ -163,6 +163,20 @@ def test_a_node_where_the_proof_could_not_run_is_named_with_ansibles_reason() ->
     }
 
 
+def test_a_node_that_cannot_write_to_its_bare_mount_point_is_named_as_missing_the_mount() -> None:
+    # The training user may not write to root's empty mount point, where the mount is missing.
+    denied = "[Errno 13] Permission denied: '/shared/.torch-cluster-proof'"
+    writes = {"node0": wrote(), "node1": wrote(LOCAL, ok=False, error=denied), "node2": wrote()}
+    reads = {"node0": saw("node0", "node2"), "node1": saw(), "node2": saw("node0", "node2")}
+    (problem,) = ss.proof_problems(NODES, "/shared", writes, reads)
+    assert problem["node"] == "node1"
+    assert problem["problem"] == (
+        "sees another filesystem at /shared (its /shared is on ext4 /dev/sda1 at /; theirs on "
+        f"fuse.sshfs {SSHFS_SOURCE} at /shared), and cannot write to /shared: {denied}. Is the "
+        "shared folder mounted there?"
+    )
+
+
 def test_of_two_nodes_the_one_without_the_mount_is_named() -> None:
     nodes = ["node0", "node1"]
     writes = {"node0": wrote(), "node1": wrote(LOCAL)}
