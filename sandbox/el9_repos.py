@@ -260,8 +260,12 @@ def build(package: Package, work: Path, out: Path) -> Path:
     spec = work / "specs" / f"{package.filename}.spec"
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(spec_text(package, stage))
+    topdir = work / "rpmbuild" / package.filename
+    # Made here: rpmbuilds run side by side, and rpm's own mkdir of the shared parent
+    # races ("failed to create directory %{_topdir}: ... File exists").
+    topdir.mkdir(parents=True, exist_ok=True)
     defines = RPMBUILD_DEFINES | {
-        "_topdir": str(work / "rpmbuild" / package.filename),
+        "_topdir": str(topdir),
         "_rpmdir": str(out),
         "_build_name_fmt": package.filename,
     }
