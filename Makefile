@@ -18,7 +18,7 @@ SANDBOX_EL9_NODES ?= 0
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg \
   rpm createrepo-c dnf-plugins-core
 
-.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-train lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync clean
+.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -59,9 +59,24 @@ sandbox: setup data $(if $(filter-out 0,$(SANDBOX_EL9_NODES)),el9-repos) ## Star
 	  -e sandbox_el9_nodes=$(SANDBOX_EL9_NODES)
 	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/provision.yml
 
+# The sandbox, started and provisioned only when its first node is not running.
+sandbox-up: ## Start the sandbox when it is not up (make sandbox, which provisions it)
+	@if [ -f .sandbox/inventory.yml ] && \
+	  [ "$$(podman container inspect --format '{{.State.Running}}' sandbox-node0 2>/dev/null)" = true ]; \
+	then echo "The sandbox is up (.sandbox/inventory.yml)."; else $(MAKE) sandbox; fi
+
 # e.g. make sandbox-train ARGS='-e nproc=2 -e job_id=demo'
-sandbox-train: ## Run playbooks/train.yml on the sandbox (pass ARGS='-e nproc=2 ...')
+sandbox-train: sandbox-up ## Run playbooks/train.yml on the sandbox, brought up first when it is not (ARGS='-e nproc=2 ...')
 	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/train.yml $(ARGS)
+
+# A newcomer's first job: the sandbox (brought up when it is not), then a short
+# job of the example trainer, its output followed live, its results in runs/.
+DEMO_JOB := $(or $(DEMO_JOB),demo-$(shell date +%Y%m%d-%H%M%S))
+demo: sandbox-up ## The sandbox (brought up when it is not) and a short job on it, followed live
+	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/train.yml \
+	  -e nproc=2 -e job_id=$(DEMO_JOB) -e train_follow=true -e '{"train_extra_args": ["--epochs", "3"]}'
+	@echo "Results: runs/$(DEMO_JOB)/ (loss.png, metrics.json, each node's log)."
+	@echo "Jobs: $(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/jobs.yml"
 
 sandbox-down: ## Remove the sandbox containers, network and state
 	$(BIN)/ansible-playbook sandbox/down.yml

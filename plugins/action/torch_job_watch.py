@@ -10,11 +10,30 @@ without a time limit is watched as long as it runs.
 from __future__ import annotations
 
 import contextlib
+import csv
+import os
 import time
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+try:
+    from ansible.module_utils.job_view import (
+        GPU_CSV_FIELDS,
+        GpuUse,
+        follow_lines,
+        gpu_csv_rows,
+        gpu_summary,
+    )
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_view import (
+        GPU_CSV_FIELDS,
+        GpuUse,
+        follow_lines,
+        gpu_csv_rows,
+        gpu_summary,
+    )
 
 display = Display()
 
@@ -24,7 +43,15 @@ TIMEOUT_GRACE_S = 60
 # before the job is taken for unwatchable.
 MASTER_MISSES = 2
 # Arguments of the action itself; the rest go to the module.
-OWN_ARGS = ("job_id", "interval", "timeout", "startup_timeout", "started", "copies")
+OWN_ARGS = (
+    "job_id", "interval", "timeout", "startup_timeout", "started", "copies", "follow",
+    "follow_max_lines", "run_dir",
+)  # fmt: skip
+# Following rank 0's lines: the longest round (the lines reach the controller at least this
+# often), the poll of the log and the units within it, and the shortest round.
+FOLLOW_WAIT_S, FOLLOW_POLL_S, FOLLOW_MIN_WAIT_S = 2.0, 1.0, 1.0
+# What comes before each followed line of rank 0 on the controller.
+FOLLOW_PREFIX = "[rank0] "
 # What the module's last round returned that the watch's result leaves out.
 DROPPED = ("invocation", "changed")
 # Slurm job states of a job that waits to run.
@@ -135,6 +162,58 @@ class _Copier:
         self.next = time.monotonic() + self.interval
 
 
+def _round_args(own: dict, interval: float) -> dict:
+    """The module's arguments for a round: `interval` long, or, following rank 0's lines as
+    they come, short rounds that end as soon as there are some."""
+    if not own["follow"]:
+        return {"wait": interval}
+    return {
+        "follow": int(own["follow_max_lines"] or 100),
+        "wait": FOLLOW_WAIT_S,
+        "poll": FOLLOW_POLL_S,
+        "min_wait": FOLLOW_MIN_WAIT_S,
+    }
+
+
+class _Screen:
+    """What the controller shows of a round: rank 0's followed lines, and the status line
+    with each node's GPU use (every round, or every `every` seconds when following). The GPU
+    use also goes to gpu.csv in the job's runs folder, once some node has GPUs."""
+
+    def __init__(self, own: dict, interval: float) -> None:
+        run_dir = own["run_dir"] or ""
+        self.path = os.path.join(run_dir, "gpu.csv") if run_dir else ""
+        self.every, self.gpu_rows, self.gpu = interval if own["follow"] else 0, 0, ""
+        self.next = time.monotonic() + self.every
+        # The module's arguments for each round.
+        self.round_args = _round_args(own, interval)
+
+    def lines(self, seen: dict) -> None:
+        followed = seen.get("lines") or []
+        for line in follow_lines(followed, seen.get("skipped_lines") or 0, FOLLOW_PREFIX):
+            display.display(line)
+        gpus = {
+            name: [GpuUse(**row) for row in rows] for name, rows in (seen.get("gpus") or {}).items()
+        }
+        self.gpu = gpu_summary(gpus)
+        rows = gpu_csv_rows(time.time(), gpus)
+        if rows and self.path:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            new = not os.path.exists(self.path)
+            with open(self.path, "a", newline="", encoding="utf-8") as out:
+                writer = csv.writer(out, lineterminator="\n")
+                if new:
+                    writer.writerow(GPU_CSV_FIELDS)
+                writer.writerows(rows)
+            self.gpu_rows += len(rows)
+
+    def status(self, line: str) -> None:
+        if time.monotonic() < self.next:
+            return
+        display.display(f"{line} | {self.gpu}" if self.gpu else line)
+        self.next = time.monotonic() + self.every
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -168,11 +247,12 @@ class ActionModule(ActionBase):
         # Through Slurm the job may wait in the queue first: that time counts neither
         # towards its time limit nor towards its start-up.
         queue = _QueueClock()
+        screen = _Screen(own, interval)
         while True:
             try:
                 seen = self._execute_module(
                     module_name="torch_job_watch",
-                    module_args={**args, "offset": offset, "wait": interval, "quiet_for": quiet},
+                    module_args={**args, **screen.round_args, "offset": offset, "quiet_for": quiet},
                     task_vars=task_vars,
                 )
             except AnsibleConnectionFailure as err:
@@ -192,12 +272,12 @@ class ActionModule(ActionBase):
                 progress, progress_seen = seen["progress"], True
             # Without a progress line yet, rank 0's latest line shows the job is alive.
             latest = seen.get("last_line") or latest
+            screen.lines(seen)
             if seen["job"] != "running":
                 break
             shown = _shown(seen, progress or latest or "running (no output from rank 0 yet)")
-            if quiet >= max(2 * interval, 60):
-                shown += f" (rank 0 quiet for {quiet:.0f} s)"
-            display.display(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
+            shown += f" (rank 0 quiet for {quiet:.0f} s)" if quiet >= max(2 * interval, 60) else ""
+            screen.status(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
             copier.tick()
             if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
                 seen["job"] = "timed out"
@@ -205,8 +285,8 @@ class ActionModule(ActionBase):
                 break
 
         seconds = time.monotonic() - started - queue.seconds
-        result.update({key: value for key, value in seen.items() if key not in DROPPED})
         result.update(
+            {key: value for key, value in seen.items() if key not in DROPPED},
             changed=False,
             failed=False,
             started_at=started_at,
@@ -218,6 +298,7 @@ class ActionModule(ActionBase):
             training_started=progress_seen or seconds >= startup_timeout,
             error=seen.get("error", ""),
             copies_during=copier.done,
+            gpu_rows=screen.gpu_rows,
         )
         return result
 

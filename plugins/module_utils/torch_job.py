@@ -199,15 +199,20 @@ def watch_round(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     stalled: Callable[[], bool] = lambda: False,
+    news: Callable[[], bool] = lambda: False,
+    min_wait: float = 0.0,
 ) -> Round:
     """Poll every node until the job ends, or `wait` seconds pass.
 
     A node that does not answer `unreachable_polls` polls in a row is taken for dead. A
     round does not end while a node has missed fewer polls than that: it is decided
     first, so that the count never restarts from zero in a new round. A job that runs on
-    every node but `stalled()` holds for (rank 0 silent too long) ends the round as stalled."""
+    every node but `stalled()` holds for (rank 0 silent too long) ends the round as stalled.
+    A running job's round also ends once `min_wait` seconds have passed and `news()` holds
+    (rank 0's new lines to show, when the controller follows them)."""
     misses: dict[str, int] = {}
-    deadline = clock() + wait
+    begun = clock()
+    deadline = begun + wait
     polls = 0
     while True:
         states = poll_all()
@@ -228,6 +233,8 @@ def watch_round(
         if verdict.job == JOB_RUNNING and not undecided and stalled():
             verdict = Verdict(JOB_STALLED)
         if verdict.job != JOB_RUNNING or (clock() >= deadline and not undecided):
+            return Round(verdict, states, polls)
+        if not undecided and clock() >= begun + min_wait and news():
             return Round(verdict, states, polls)
         sleep(poll)
 
@@ -275,11 +282,15 @@ class LogScan:
 
 
 def scan_log(
-    path: str, offset: int, matches: Callable[[str], bool], chunk: int = 1 << 20
+    path: str,
+    offset: int,
+    matches: Callable[[str], bool],
+    chunk: int = 1 << 20,
+    sink: Callable[[str], None] | None = None,
 ) -> LogScan:
     """Read rank 0's lines of the log from byte `offset` to its last complete line (without
-    their rank prefix). A log that has shrunk below the offset (replaced) is read from its
-    start."""
+    their rank prefix); each non-empty one also goes to `sink` (follow). A log that has
+    shrunk below the offset (replaced) is read from its start."""
     progress = last = ""
     try:
         with open(path, "rb") as log:
@@ -299,6 +310,8 @@ def scan_log(
                     worker = rank_line(raw.decode(errors="replace").rstrip("\r"))
                     if worker and worker[0] == 0 and worker[1].strip():
                         last = worker[1]
+                        if sink:
+                            sink(last)
                         if matches(last):
                             progress = last
             offset -= len(pending)
@@ -318,14 +331,17 @@ class RankZeroLog:
         offset: int,
         matches: Callable[[str], bool],
         quiet_for: float = 0.0,
+        *,
         clock: Callable[[], float] = time.monotonic,
+        sink: Callable[[str], None] | None = None,
     ) -> None:
         self.path, self.offset, self.matches, self.clock = path, offset, matches, clock
         self.progress = self.last_line = ""
         self.last_output = clock() - quiet_for
+        self.sink = sink
 
     def read(self) -> None:
-        scan = scan_log(self.path, self.offset, self.matches)
+        scan = scan_log(self.path, self.offset, self.matches, sink=self.sink)
         self.offset = scan.offset
         if scan.last_line:
             self.last_line, self.last_output = scan.last_line, self.clock()
@@ -665,11 +681,7 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
         value = str(inputs[name])
         if not value.isdigit():
             problems.append(f"{name} must be a whole number, 0 or more (got {value!r})")
-    interval = str(inputs.get("train_watch_interval", "1"))
-    if not interval.isdigit() or int(interval) < 1:
-        problems.append(
-            f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
-        )
+    problems += watch_problems(inputs)
     user, trusted = inputs.get("train_user"), str(inputs.get("ssh_trust_user", ""))
     if trusted and user != trusted:
         problems.append(
@@ -694,6 +706,22 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
             re.compile(regex)
         except re.error as err:
             problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+def watch_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """The watch's own inputs: how often it shows progress, how many lines it follows."""
+    problems = []
+    interval = str(inputs.get("train_watch_interval", "1"))
+    if not interval.isdigit() or int(interval) < 1:
+        problems.append(
+            f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
+        )
+    lines = str(inputs.get("train_follow_max_lines", "1"))
+    if not lines.isdigit() or int(lines) < 1:
+        problems.append(
+            f"train_follow_max_lines must be a whole number of lines, 1 or more (got {lines!r})"
+        )
     return problems
 
 

@@ -315,8 +315,18 @@ def main() -> None:
     attempt.restarted = why_not is None
     attempt.not_restarted_because = why_not or ""
     attempt.next_nodes = plan.nodes if attempt.restarted else list(attempt.nodes_used)
+    # The launcher and the world size that torch_job_started wrote at the attempt's start.
+    kept = {}
+    if os.path.exists(params["path"]):
+        try:
+            with open(params["path"]) as handle:
+                started = json.load(handle)
+            kept = {key: started[key] for key in ("launcher", "world_size") if key in started}
+        except (OSError, ValueError):
+            kept = {}
     record = {
         "job_id": params["job_id"],
+        **kept,
         "max_restarts": params["max_restarts"],
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "attempts": [a.as_dict() for a in attempts],

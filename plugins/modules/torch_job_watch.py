@@ -12,6 +12,12 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.job_view import (
+        FollowBuffer,
+        gpu_poll_script,
+        parse_gpu_query,
+        split_poll_output,
+    )
     from ansible.module_utils.slurm_job import job_phase, node_states, parse_scontrol
     from ansible.module_utils.torch_job import (
         RUNNING,
@@ -29,6 +35,12 @@ try:
         watch_round,
     )
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_view import (
+        FollowBuffer,
+        gpu_poll_script,
+        parse_gpu_query,
+        split_poll_output,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.slurm_job import (
         job_phase,
         node_states,
@@ -117,6 +129,23 @@ options:
     description: File that playbooks/stop.yml leaves when it stops the job.
     type: path
     required: true
+  follow:
+    description:
+      - Return rank 0's new lines (at most this many a round, the newest; the rest are
+        counted), and end the round as soon as there are some and I(min_wait) has passed.
+        0 returns none.
+    type: int
+    default: 0
+  min_wait:
+    description: With I(follow), the shortest round, in seconds.
+    type: float
+    default: 1
+  gpus:
+    description:
+      - Also read each node's GPU use (C(nvidia-smi --query-gpu), where the node has it) in
+        the round's first poll, in the same SSH round trip as its unit's state.
+    type: bool
+    default: false
   slurm_job_id:
     description:
       - The job runs in Slurm (train_launcher=slurm) as this Slurm job. Its state comes from
@@ -167,6 +196,20 @@ quiet_for:
   description: Seconds since rank 0's newest line (or since the attempt began).
   type: float
   returned: always
+lines:
+  description: With I(follow), rank 0's new lines this round (without the rank prefix).
+  type: list
+  returned: always
+skipped_lines:
+  description: With I(follow), rank 0's new lines left out this round (over the cap).
+  type: int
+  returned: always
+gpus:
+  description:
+    - With I(gpus), each node's GPUs (index, utilization, memory_used, memory_total in MiB),
+      by node; a node without GPUs has [].
+  type: dict
+  returned: always
 slurm:
   description: The Slurm job's state, reason and batch host, when I(slurm_job_id) is set.
   type: dict
@@ -186,18 +229,25 @@ def run(address: str | None, argv: list[str]) -> subprocess.CompletedProcess[str
     )
 
 
-def poll_node(address: str | None, unit: str) -> NodeState:
+def poll_node(address: str | None, unit: str, gpus: bool = False) -> tuple[NodeState, list]:
+    """The node's unit state; with `gpus`, also its GPUs' use, read in the same round trip
+    ([] on a node without nvidia-smi or GPUs)."""
     show = ["systemctl", "show", unit, f"--property={','.join(UNIT_PROPERTIES)}"]
+
+    def ask(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return run(address, ["sh", "-c", gpu_poll_script(argv)] if gpus else argv)
+
     try:
-        done = run(address, [*show, SHOW_TIMESTAMPS])
+        done = ask([*show, SHOW_TIMESTAMPS])
         if done.returncode != 0 and SHOW_TIMESTAMPS.split("=")[0] in done.stderr:
-            done = run(address, show)  # systemd before 248: times without the microseconds
+            done = ask(show)  # systemd before 248: times without the microseconds
     except subprocess.TimeoutExpired:
-        return NodeState(UNREACHABLE, f"no answer within {ANSWER_TIMEOUT} s")
+        return NodeState(UNREACHABLE, f"no answer within {ANSWER_TIMEOUT} s"), []
     if done.returncode != 0:
         why = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
-        return NodeState(UNREACHABLE, why[-300:])
-    return unit_state(parse_properties(done.stdout))
+        return NodeState(UNREACHABLE, why[-300:]), []
+    properties, rows = split_poll_output(done.stdout) if gpus else (done.stdout, "")
+    return unit_state(parse_properties(properties)), parse_gpu_query(rows)
 
 
 def tail(address: str | None, log: str, lines: int) -> str:
@@ -270,6 +320,9 @@ def main() -> None:
             "stop_marker": {"type": "path", "required": True},
             "slurm_job_id": {"type": "str", "default": ""},
             "slurm_output": {"type": "str", "default": ""},
+            "follow": {"type": "int", "default": 0},
+            "min_wait": {"type": "float", "default": 1},
+            "gpus": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -281,28 +334,47 @@ def main() -> None:
     names = list(addresses)
 
     with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+        gpus: dict[str, list] = {}
 
         def poll_units() -> dict[str, NodeState]:
-            states = pool.map(lambda name: poll_node(addresses[name], params["unit"]), names)
-            return dict(zip(names, states))
+            # The GPUs once a round: their first reading (nvidia-smi has its own cost).
+            read_gpus = params["gpus"] and not gpus
+            polled = pool.map(
+                lambda name: poll_node(addresses[name], params["unit"], read_gpus), names
+            )
+            states = {}
+            for name, (state, rows) in zip(names, polled):
+                states[name] = state
+                if read_gpus:
+                    gpus[name] = [row.__dict__ for row in rows]
+            return states
 
         slurm: dict[str, str] = {}
         poll_all = poll_units
         if params["slurm_job_id"]:
             poll_all, slurm = slurm_poller(params, addresses, names)
 
+        follow = FollowBuffer.empty(params["follow"])
         rank0 = RankZeroLog(
             params["log"],
             params["offset"],
             progress_matcher(params["progress_prefixes"], params["progress_regex"]),
             params["quiet_for"],
+            sink=follow.add if params["follow"] > 0 else None,
         )
+
+        def news() -> bool:
+            rank0.read()
+            return bool(follow.lines or follow.skipped)
+
         seen = watch_round(
             poll_all,
             lambda: os.path.exists(params["stop_marker"]),
             wait=params["wait"],
             poll=params["poll"],
             stalled=lambda: rank0.stalled(params["stall_timeout"]),
+            news=news if params["follow"] > 0 else lambda: False,
+            min_wait=params["min_wait"],
         )
         bad = first_failure(seen.states, seen.verdict.bad_nodes)
         unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]
@@ -327,6 +399,9 @@ def main() -> None:
         offset=rank0.offset,
         quiet_for=round(rank0.quiet_for(), 1),
         polls=seen.polls,
+        lines=follow.lines,
+        skipped_lines=follow.skipped,
+        gpus=gpus,
         slurm={
             key: slurm.get(field, "")
             for key, field in (("state", "JobState"), ("reason", "Reason"), ("host", "BatchHost"))

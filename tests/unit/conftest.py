@@ -18,5 +18,7 @@ for name in (
     "slurm_job",
     "job_sync",
     "dnf_repos",
+    "job_view",
+    "job_list",
 ):
     sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)

@@ -34,6 +34,7 @@ BAD = {
     "train_max_restarts": ("two", "train_max_restarts must be a whole number"),
     "train_watch_interval": ("0", "train_watch_interval must be a whole number of seconds"),
     "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
+    "train_follow_max_lines": ("0", "train_follow_max_lines must be a whole number of lines"),
     "train_user": ("ops", "train_user (ops) must be ssh_trust_user (ml)"),
     "train_writable_paths": (["/data/cache", "cache"], "train_writable_paths must hold absolute"),
     "hosts": (["node0", "node2"], "node2 not in train_nodes (node0, node1)"),

@@ -129,7 +129,7 @@ def rank0_log(tmp_path: Path, clock: FakeTime, quiet_for: float = 0) -> tuple[Pa
     log = tmp_path / "node.log"
     log.write_text("=== torch-cluster: job j, attempt 1 ===\n")
     return log, tj.RankZeroLog(
-        str(log), 0, lambda line: line.startswith("step"), quiet_for, clock.clock
+        str(log), 0, lambda line: line.startswith("step"), quiet_for, clock=clock.clock
     )
 
 
