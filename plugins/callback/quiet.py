@@ -25,6 +25,10 @@ extends_documentation_fragment:
 """
 
 
+# The project's actions that print while they run.
+STREAMING = frozenset({"torch_job_watch", "torch_job_log"})
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -34,3 +38,10 @@ class CallbackModule(DefaultCallback):
         if k == "display_skipped_hosts" and self._display.verbosity < 1:
             return False
         return super().get_option(k)
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        super().v2_playbook_on_task_start(task, is_conditional)
+        # A task that prints while it runs (the watch of a job, a followed log) has its banner
+        # first, not after its lines (the banner of the others waits for a result to show).
+        if task.action.rsplit(".", 1)[-1] in STREAMING and self._last_task_banner != task._uuid:
+            self._print_task_banner(task)

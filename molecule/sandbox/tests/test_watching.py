@@ -171,7 +171,7 @@ def job_states(output: str, job_ids: list[str]) -> dict[str, str]:
     """Each job's STATE in jobs.yml's table (the states are one word, but "timed out")."""
     states = {}
     for job_id in job_ids:
-        found = re.search(rf"^\s*{re.escape(job_id)}\s+(timed out|\S+)\s", output, flags=re.M)
+        found = re.search(rf'^\s*"?{re.escape(job_id)}\s+(timed out|\S+)\s', output, flags=re.M)
         states[job_id] = found.group(1) if found else "missing"
     return states
 
@@ -223,13 +223,13 @@ def test_jobs_yml_lists_running_succeeded_failed_and_stopped_jobs_as_recorded(
         }
         assert states == recorded, listed.output
         row = re.search(
-            rf"^\s*{running_job.job_id}\s+running\s+systemd\s+(\S+)\s+(\d+)\s+1\s",
+            rf'^\s*"?{running_job.job_id}\s+running\s+systemd\s+(\S+)\s+(\d+)\s+1\s',
             listed.output,
             re.M,
         )
         assert row, listed.output
         assert row.groups() == (",".join(node.name for node in members), str(len(members)))
-        assert re.search(rf"^\s*{running_job.job_id}\s.*tick \d+ printed at", listed.output, re.M)
+        assert re.search(rf'^\s*"?{running_job.job_id}\s.*tick \d+ printed at', listed.output, re.M)
     finally:
         playbook.run("stop.yml", {"job_id": running_job.job_id})
         long_run.wait(timeout=120)
