@@ -337,16 +337,24 @@ def systemd_run(params: dict) -> list[str]:
 
 
 def make_folder(folder: str, user: pwd.struct_passwd) -> None:
-    """Make a folder (and its parents) owned by the user. On a shared folder every node makes
-    the same folders at the same time (exist_ok). Where root may not write (an NFS export
-    that squashes root, as NFS does by default) the user makes it."""
-    try:
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-    except PermissionError:
-        as_user(user, lambda: os.makedirs(folder, mode=0o755, exist_ok=True))
-        return
-    if os.stat(folder).st_uid != user.pw_uid:
-        os.chown(folder, user.pw_uid, user.pw_gid)
+    """Make a folder and its missing parents, each owned by the user: on a shared folder
+    another node (the user over sshfs, or root squashed to nobody over NFS) must be able to
+    make its own folders beside them. Every node makes the same folders at the same time (one
+    made meanwhile by another is taken as it is). Where root may not write (an NFS export that
+    squashes root, as NFS does by default) the user makes them."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            continue
+        except PermissionError:
+            as_user(user, lambda path=path: os.makedirs(path, mode=0o755, exist_ok=True))
+            continue
+        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 def as_user(user: pwd.struct_passwd, action: Callable[[], None]) -> None:

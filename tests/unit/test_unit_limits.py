@@ -290,3 +290,28 @@ def test_missing_gpu_device_nodes_are_made_by_root_before_a_confined_start(
     assert tjn.gpu_device_nodes_command(str(gpus), str(uvm), "") == []
     uvm.touch()
     assert tjn.gpu_device_nodes_command(str(gpus), str(uvm), "/usr/bin/nvidia-modprobe") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_job_folder_and_its_missing_parents_belong_to_the_user() -> None:
+    """On a shared folder, the first node to make jobs/ must leave it to the training user, so
+    that another node's user (over sshfs, or squashed over NFS) can make its folder beside."""
+    user = pwd.getpwnam("nobody")
+    with tempfile.TemporaryDirectory() as scratch:
+        # Open to the user, as a mount point is (pytest's own folders are root's alone).
+        os.chmod(scratch, 0o755)
+        existing = Path(scratch) / "shared"
+        existing.mkdir()
+        made_by_root_then_the_user(existing, user)
+
+
+def made_by_root_then_the_user(existing: Path, user: pwd.struct_passwd) -> None:
+    folder = existing / "jobs" / "job-1" / "output"
+    _torch_job_unit().make_folder(str(folder), user)
+    for made in (existing / "jobs", existing / "jobs" / "job-1", folder):
+        assert (made.stat().st_uid, made.stat().st_gid) == (user.pw_uid, user.pw_gid), made
+    assert existing.stat().st_uid == 0
+    # Another job's folder beside it, made by the user: jobs/ lets it.
+    beside = _torch_job_unit()
+    beside.as_user(user, lambda: os.mkdir(existing / "jobs" / "job-2"))
+    assert (existing / "jobs" / "job-2").stat().st_uid == user.pw_uid
