@@ -23,8 +23,18 @@ HEADER = re.compile(
     r"\(node_rank\s+(?P<node_rank>\d+)\), started (?P<started>\S+) ===$"
 )
 _RANK = re.compile(r"^\[rank(\d+)\]: ?(?:\[rank\d+\]: ?)?(.*)$")
-# The unit states of a job that still runs on a node.
+# The unit states of a job that still runs on a node: an active unit whose process has
+# exited (the launcher's units remain after their exit, until the launcher collects and
+# removes them) runs nothing any more.
 ACTIVE = frozenset({"active", "activating", "deactivating", "reloading"})
+
+
+def unit_runs(state: str) -> bool:
+    """Whether a unit in this "ActiveState/SubState" (or bare ActiveState) still runs."""
+    active, _, sub = state.partition("/")
+    return active in ACTIVE and sub != "exited"
+
+
 # How much of the end of a node's log the job list reads.
 TAIL_BYTES = 256 * 1024
 
@@ -38,7 +48,7 @@ class NodeJob:
     attempt: int = 0
     node_rank: int = -1
     started: str = ""
-    unit: str = ""  # ActiveState, or "" where the node has no unit of the job
+    unit: str = ""  # "ActiveState/SubState", or "" where the node has no unit of the job
     last_line: str = ""
     progress: str = ""
 
@@ -114,7 +124,7 @@ def job_row(job_id: str, record: Mapping | None, on_nodes: Mapping[str, NodeJob]
       running while a unit is active (the launcher is starting the next attempt).
     - No record here (the job was started from another controller, or into another runs
       folder): running while a unit is active, else unknown."""
-    active = sorted(name for name, job in on_nodes.items() if job.unit in ACTIVE)
+    active = sorted(name for name, job in on_nodes.items() if unit_runs(job.unit))
     attempts = list((record or {}).get("attempts") or [])
     last = attempts[-1] if attempts else {}
     newest = max((job.attempt for job in on_nodes.values()), default=0)

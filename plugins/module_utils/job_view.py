@@ -163,7 +163,7 @@ def gpu_csv_rows(at: float, gpus: Mapping[str, Sequence[GpuUse]]) -> list[list[s
     """gpu.csv's rows for one reading (GPU_CSV_FIELDS; an unknown value is empty)."""
 
     def cell(value: float | None) -> str:
-        return "" if value is None else f"{value:g}"
+        return "" if value is None else f"{value:.15g}"
 
     return [
         [f"{at:.1f}", name, str(g.index), cell(g.utilization), cell(g.memory_used),
@@ -280,7 +280,7 @@ def progress_csv(rows: Sequence[ProgressRow], groups: Sequence[str]) -> str:
         for name in groups:
             value = row.values.get(name)
             if isinstance(value, float):
-                value = f"{value:g}"
+                value = f"{value:.15g}"
             cells.append("" if value is None else value)
         writer.writerow([row.attempt, row.line, *cells])
     return out.getvalue()

@@ -27,7 +27,8 @@ description:
   - Reads each job folder under I(base_dir)C(/jobs): the newest attempt's header in its log
     (attempt, node_rank, start), and rank 0's newest line and progress line after it (on the
     node that ran node_rank 0).
-  - Asks systemd once for every job unit (C(torch-job-*)) and its C(ActiveState).
+  - Asks systemd once for every job unit (C(torch-job-*)) and its C(ActiveState) and
+    C(SubState).
   - Read-only; runs in check mode too.
 options:
   base_dir:
@@ -56,11 +57,11 @@ jobs:
   returned: always
 """
 
-UNIT = re.compile(r"^\s*torch-job-(\S+)\.service\s+\S+\s+(\S+)")
+UNIT = re.compile(r"^\s*torch-job-(\S+)\.service\s+\S+\s+(\S+)\s+(\S+)")
 
 
 def unit_states(module: AnsibleModule) -> dict[str, str]:
-    """Every job unit's ActiveState, by job id."""
+    """Every job unit's "ActiveState/SubState", by job id."""
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         return {}
@@ -68,7 +69,8 @@ def unit_states(module: AnsibleModule) -> dict[str, str]:
     status, out, _ = module.run_command(argv)
     if status != 0:
         return {}
-    return {found.group(1): found.group(2) for found in map(UNIT.match, out.splitlines()) if found}
+    found = [match for match in map(UNIT.match, out.splitlines()) if match]
+    return {match.group(1): f"{match.group(2)}/{match.group(3)}" for match in found}
 
 
 def main() -> None:

@@ -10,11 +10,11 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.job_list import ACTIVE, log_lines
+    from ansible.module_utils.job_list import log_lines, unit_runs
 except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import (
-        ACTIVE,
         log_lines,
+        unit_runs,
     )
 
 DOCUMENTATION = r"""
@@ -75,14 +75,13 @@ running:
 
 
 def unit_running(job_id: str) -> bool:
+    argv = ["systemctl", "show", f"torch-job-{job_id}", "--property=ActiveState,SubState"]
     try:
-        done = subprocess.run(
-            ["systemctl", "show", f"torch-job-{job_id}", "--property=ActiveState", "--value"],
-            capture_output=True, text=True, timeout=8, check=False,
-        )  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=8, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return done.stdout.strip() in ACTIVE
+    states = dict(line.partition("=")[::2] for line in done.stdout.splitlines())
+    return unit_runs(f"{states.get('ActiveState', '')}/{states.get('SubState', '')}")
 
 
 # The most of a log's end read for its last lines (a log can grow to gigabytes).

@@ -67,8 +67,11 @@ def nodes(unit: str = "", attempt: int = 1) -> dict[str, jl.NodeJob]:
 @pytest.mark.parametrize(
     ("outcomes", "unit", "state"),
     [
-        (("running",), "active", "running"),
+        (("running",), "active/running", "running"),
         (("running",), "", "interrupted"),
+        # The launcher's units remain after their process exits, until it removes them.
+        (("running",), "active/exited", "interrupted"),
+        (("running",), "failed/failed", "interrupted"),
         (("succeeded",), "", "succeeded"),
         (("failed",), "", "failed"),
         (("failed", "stalled"), "", "stalled"),
@@ -76,7 +79,7 @@ def nodes(unit: str = "", attempt: int = 1) -> dict[str, jl.NodeJob]:
         (("timed out",), "", "timed out"),
         (("unwatchable",), "", "failed"),
         # Between two attempts: the record holds the first's outcome, the units run the next.
-        (("failed",), "activating", "running"),
+        (("failed",), "activating/start", "running"),
     ],
 )
 def test_the_state_comes_from_the_record_and_the_units(outcomes, unit, state) -> None:
@@ -95,7 +98,7 @@ def test_a_slurm_jobs_record_says_running_without_units() -> None:
 
 
 def test_a_job_without_a_record_here_is_known_by_its_units() -> None:
-    assert jl.job_row("j", None, nodes("active")).state == "running"
+    assert jl.job_row("j", None, nodes("active/running")).state == "running"
     unknown = jl.job_row("j", None, nodes(""))
     assert (unknown.state, unknown.nodes, unknown.started) == ("unknown", ["node0", "node1"], "x")
 
@@ -103,7 +106,7 @@ def test_a_job_without_a_record_here_is_known_by_its_units() -> None:
 def test_rows_put_the_newest_job_first_and_the_table_aligns() -> None:
     records = {"old": record("succeeded"), "new": record("running")}
     records["new"]["attempts"][0]["started_at"] += 10_000
-    node_jobs = {"node0": [jl.NodeJob("new", 1, 0, "s", "active", "epoch 9").as_dict()]}
+    node_jobs = {"node0": [jl.NodeJob("new", 1, 0, "s", "active/running", "epoch 9").as_dict()]}
     rows = jl.job_rows(records, node_jobs)
     assert [(r.job_id, r.state) for r in rows] == [("new", "running"), ("old", "succeeded")]
     table = jl.job_table(rows).splitlines()

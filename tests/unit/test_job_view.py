@@ -212,6 +212,9 @@ def test_progress_rows_and_csv_hold_the_named_groups() -> None:
     table = list(csv.reader(io.StringIO(jv.progress_csv(rows, jv.regex_groups(REGEX)))))
     assert table[0] == ["attempt", "line", "epoch", "step", "loss"]
     assert table[1] == ["1", "2", "0", "10", "2.3"]
+    # The values as printed, to the last digit.
+    precise = jv.progress_rows({1: ["Epoch 0 | Step 1 | loss 10.00879"]}, REGEX)
+    assert jv.progress_csv(precise, ["loss"]).splitlines()[1] == "1,1,10.00879"
     assert table[-1] == ["2", "7", "2", "40", "1.1"]
     assert jv.restarts(rows) == [3]
     assert jv.x_axis(rows) == "step"
