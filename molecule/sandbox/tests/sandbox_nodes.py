@@ -163,6 +163,13 @@ class Node:
             while self.host.run("true").rc != 0:
                 assert time.monotonic() < deadline, f"{self} does not answer after its restart"
                 time.sleep(1)
+            # It booted on that other address, where its network mounts failed (the shared
+            # folder's server takes the training user's key only from the members' addresses,
+            # from=): a server that reboots keeps its address, so mount them again now.
+            subprocess.run(
+                ["podman", "exec", container, "systemctl", "start", "remote-fs.target"],
+                capture_output=True, timeout=120, check=False,
+            )  # fmt: skip
 
     @contextlib.contextmanager
     def throttled(self, rate: str = "20mbit") -> Iterator[None]:
