@@ -12,17 +12,18 @@ Standard library only: it runs on the nodes' system Python (3.9 on EL9) too.
 from __future__ import annotations
 
 import datetime
+import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# The launcher's header of an attempt's part of a node's log (roles/train/tasks/attempt.yml).
-HEADER = re.compile(
-    r"^=== torch-cluster: job (?P<job>\S+), attempt (?P<attempt>\d+), node (?P<node>\S+) "
-    r"\(node_rank\s+(?P<node_rank>\d+)\), started (?P<started>\S+) ===$"
-)
-_RANK = re.compile(r"^\[rank(\d+)\]: ?(?:\[rank\d+\]: ?)?(.*)$")
+try:
+    from ansible.module_utils.job_view import HEADER
+    from ansible.module_utils.torch_job import rank_line
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_view import HEADER
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import rank_line
+
 # The unit states of a job that still runs on a node: an active unit whose process has
 # exited (the launcher's units remain after their exit, until the launcher collects and
 # removes them) runs nothing any more.
@@ -37,6 +38,15 @@ def unit_runs(state: str) -> bool:
 
 # How much of the end of a node's log the job list reads.
 TAIL_BYTES = 256 * 1024
+
+
+def write_json(path: str, data: object) -> None:
+    """Replace a record at once (a reader, jobs.yml included, never sees half of it)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.partial", "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+    os.replace(f"{path}.partial", path)
 
 
 @dataclass
@@ -82,9 +92,9 @@ def scan_node_log(job_id: str, text: str, is_progress) -> NodeJob:
             job.started, start = header["started"], index + 1
             break
     for raw in lines[start:]:
-        found = _RANK.match(raw.rstrip("\r"))
-        if found and found.group(1) == "0" and found.group(2).strip():
-            job.last_line = found.group(2)
+        worker = rank_line(raw.rstrip("\r"))
+        if worker and worker[0] == 0 and worker[1].strip():
+            job.last_line = worker[1]
             if is_progress(job.last_line):
                 job.progress = job.last_line
     return job
@@ -212,7 +222,7 @@ def log_lines(text: str, rank: str, attempt: int = 0) -> list[str]:
         if header or rank == "all":
             shown.append(raw)
             continue
-        found = _RANK.match(raw.rstrip("\r"))
-        if found and found.group(1) == rank:
-            shown.append(found.group(2))
+        worker = rank_line(raw.rstrip("\r"))
+        if worker and str(worker[0]) == rank:
+            shown.append(worker[1])
     return shown

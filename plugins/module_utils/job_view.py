@@ -174,11 +174,14 @@ def gpu_csv_rows(at: float, gpus: Mapping[str, Sequence[GpuUse]]) -> list[list[s
 
 
 # --- Progress: rank 0's lines as numbers -------------------------------------------
-_HEADER = re.compile(
+# The launcher's header of an attempt's part of a node's log (roles/train/tasks/attempt.yml).
+HEADER = re.compile(
     r"^=== torch-cluster: job (?P<job>\S+), attempt (?P<attempt>\d+), node (?P<node>\S+) "
-    r"\(node_rank\s+(?P<node_rank>\d+)\)"
+    r"\(node_rank\s+(?P<node_rank>\d+)\), started (?P<started>\S+) ===$"
 )
-_RANK0 = re.compile(r"^\[rank0\]: ?(?:\[rank0\]: ?)?(.*)$")
+# Rank 0's lines (torch_job.rank_line's, for rank 0: this file stays standalone, the watch
+# action loads it by its path).
+_RANK0 = re.compile(r"^\[rank0\]: ?(?:\[rank\d+\]: ?)?(.*)$")
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ def rank0_attempts(logs: Mapping[str, str]) -> dict[int, list[str]]:
     for text in logs.values():
         current: int | None = None
         for raw in text.splitlines():
-            header = _HEADER.match(raw)
+            header = HEADER.match(raw)
             if header:
                 rank0 = header.group("node_rank") == "0"
                 current = int(header.group("attempt")) if rank0 else None

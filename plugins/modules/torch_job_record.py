@@ -13,6 +13,7 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.job_list import write_json
     from ansible.module_utils.job_nodes import (
         excluded_nodes,
         lost_nodes,
@@ -35,6 +36,7 @@ try:
     )
     from ansible.module_utils.torch_job_stall import stall_outliers
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import write_json
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_nodes import (
         excluded_nodes,
         lost_nodes,
@@ -186,15 +188,6 @@ attempts:
   type: list
   returned: always
 """
-
-
-def write_json(path: str, data: object) -> None:
-    """Replace the file at once (a reader never sees half of it)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.partial", "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-    os.replace(f"{path}.partial", path)
 
 
 def stall_record(stall: dict) -> dict:

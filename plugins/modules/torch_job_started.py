@@ -9,6 +9,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+try:
+    from ansible.module_utils.job_list import write_json
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import write_json
+
 DOCUMENTATION = r"""
 module: torch_job_started
 short_description: Record that an attempt of a torchrun job has started
@@ -96,11 +101,7 @@ def main() -> None:
         "attempts": attempts,
     }
     if not module.check_mode:
-        os.makedirs(os.path.dirname(p["path"]), exist_ok=True)
-        with open(f"{p['path']}.partial", "w") as handle:
-            json.dump(record, handle, indent=2)
-            handle.write("\n")
-        os.replace(f"{p['path']}.partial", p["path"])
+        write_json(p["path"], record)
     module.exit_json(changed=True, path=p["path"])
 
 
