@@ -65,7 +65,8 @@ description:
     changed for I(settle) seconds and that no process holds open to the next I(copies) nodes,
     into a folder of their own on each node first; a file moves into place there only when it
     did not change while it travelled, so a checkpoint being written is never copied
-    half-written. Problems are returned.
+    half-written. A file that changed is sent again once it has settled, up to I(tries) sends;
+    a node is named in C(holders) only when it has every settled file. Problems are returned.
   - No deletion ever travels: a file removed on one node comes back from another.
 options:
   phase:
@@ -89,6 +90,10 @@ options:
     description: With C(phase=during), seconds a file must have been left unchanged to travel.
     type: float
     default: 1
+  tries:
+    description: With C(phase=during), how often a file that changes while it travels is sent.
+    type: int
+    default: 3
   timeout:
     description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
     type: int
@@ -117,7 +122,7 @@ rounds:
   type: int
   returned: always
 holders:
-  description: (after) The other nodes that hold the master's files now.
+  description: (after, during) The other nodes that hold the master's files now.
   type: list
   returned: always
 problems:
@@ -249,34 +254,53 @@ class Sync:
             rounds += 1
         return {"rounds": rounds, "holders": have[1:]}
 
-    def during(self, copies: int, settle: float) -> dict:
+    def during(self, copies: int, settle: float, tries: int = 3) -> dict:
         """While the job runs: the master's files not modified for `settle` seconds, to the
-        next `copies` nodes, through their INCOMING folder; a file that changed while it
-        travelled is dropped there, and the receiver keeps its older copy."""
-        names = [self.master, *[name for name in self.order[1:]][:copies]]
+        next `copies` nodes, through their INCOMING folder. A file that changed while it
+        travelled is dropped there (the receiver keeps its older copy) and sent again once its
+        new version has settled, up to `tries` sends in all. A receiver is a holder when it
+        has every file that was settled at its last send, in the master's version."""
+        names = [self.master, *self.order[1:][:copies]]
         listings = self.list_all(names)
-        wanted = settled_files(
-            listings.get(self.master) or {}, time.time_ns(), settle, open_files(self.folder)
-        )
         holders: list[str] = []
         for name in names[1:]:
-            if name not in listings:
-                continue
-            paths = sorted(p for p, v in wanted.items() if listings[name].get(p) != v)
-            if paths and not self.transfer(self.master, name, paths, INCOMING):
-                continue
-            if paths:
-                now = self.list_all([self.master]).get(self.master) or {}
-                keep = unchanged(wanted, now, paths)
-                done = run(
-                    ssh_argv(self.nodes[name], ["python3", "-c", SETTLE_SCRIPT, self.folder]),
-                    json.dumps(keep),
-                )
-                if done.returncode != 0:
-                    self.problems.append(f"{name}: the copies could not be moved into place")
-                    continue
-            holders.append(name)
+            if name in listings and self.copy_during(name, listings, settle, tries):
+                holders.append(name)
         return {"rounds": 1 if self.transfers else 0, "holders": holders}
+
+    def copy_during(self, name: str, listings: dict[str, dict], settle: float, tries: int) -> bool:
+        """Bring one receiver up to date with the master's settled files; whether it is."""
+        have = dict(listings[name])
+        master = listings.get(self.master) or {}
+        dropped: list[str] = []
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(settle)  # the new version settles first
+                master = self.list_all([self.master]).get(self.master) or {}
+            wanted = settled_files(master, time.time_ns(), settle, open_files(self.folder))
+            paths = sorted(p for p, v in wanted.items() if list(have.get(p) or []) != v)
+            if not paths:
+                return True
+            if not self.transfer(self.master, name, paths, INCOMING):
+                return False
+            now = self.list_all([self.master]).get(self.master) or {}
+            keep = unchanged(wanted, now, paths)
+            done = run(
+                ssh_argv(self.nodes[name], ["python3", "-c", SETTLE_SCRIPT, self.folder]),
+                json.dumps(keep),
+            )
+            if done.returncode != 0:
+                self.problems.append(f"{name}: the copies could not be moved into place")
+                return False
+            have.update({path: wanted[path] for path in keep})
+            dropped = sorted(set(paths) - set(keep))
+            if not dropped:
+                return True
+        self.problems.append(
+            f"{name}: {', '.join(dropped)} changed while it travelled, {tries} times; "
+            "its older copy is kept"
+        )
+        return False
 
     def after(self, copies: int) -> dict:
         listings = self.list_all(self.order)
@@ -312,6 +336,7 @@ def main() -> None:
             "copies": {"type": "int", "default": 1},
             "timeout": {"type": "int", "default": 60},
             "settle": {"type": "float", "default": 1},
+            "tries": {"type": "int", "default": 3},
         },
         supports_check_mode=False,
     )
@@ -323,7 +348,7 @@ def main() -> None:
     if p["phase"] == "before":
         found = sync.before()
     elif p["phase"] == "during":
-        found = sync.during(p["copies"], p["settle"])
+        found = sync.during(p["copies"], p["settle"], max(1, p["tries"]))
     else:
         found = sync.after(p["copies"])
     result = {

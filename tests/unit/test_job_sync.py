@@ -3,7 +3,10 @@ which copy wins, who sends to whom, and what rsync says it moved."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +131,108 @@ def test_the_files_a_process_holds_open_are_found(tmp_path) -> None:
         handle.write("being written")
         assert js.open_files(str(folder)) == ["snapshot.pt"]
     assert js.open_files(str(folder)) == []
+
+
+# --- torch_job_sync's copy while a job runs, with real rsync ---------------------------------
+# Every "node" is a folder on this machine. An `ssh` first on PATH runs the command here, with
+# the job's folder path turned into the receiver's own folder: rsync, the listing and the
+# settling scripts are the real ones; only the network hop is left out.
+SSH_SHIM = r"""#!/usr/bin/env python3
+import os, subprocess, sys
+args = sys.argv[1:]
+while args[0].startswith("-"):
+    args = args[2:] if args[0] in ("-o", "-i", "-p", "-l") else args[1:]
+host, command = args[0], " ".join(args[1:])
+command = command.replace(os.environ["SHIM_FOLDER"], os.path.join(os.environ["SHIM_ROOT"], host))
+done = subprocess.run(["sh", "-c", command])
+# After an rsync into a receiver: the master's checkpoint is rewritten SHIM_CHANGES times in
+# all, as a training script saving its next snapshot would while the copy travels.
+if "--server" in command and "SHIM_CHANGES" in os.environ:
+    count = os.path.join(os.environ["SHIM_ROOT"], "changes")
+    made = int(open(count).read()) if os.path.exists(count) else 0
+    if made < int(os.environ["SHIM_CHANGES"]):
+        path = os.path.join(os.environ["SHIM_FOLDER"], "snapshot.pt")
+        with open(path, "w") as out:
+            out.write(f"version {made + 2}")
+        old = os.stat(path).st_mtime_ns - 30 * 10**9 + made
+        os.utime(path, ns=(old, old))
+        open(count, "w").write(str(made + 1))
+sys.exit(done.returncode)
+"""
+
+
+def _sync_module():
+    modules = Path(__file__).resolve().parents[2] / "plugins" / "modules"
+    spec = importlib.util.spec_from_file_location("torch_job_sync", modules / "torch_job_sync.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def two_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The master's output folder (holding snapshot.pt, settled) and node1's empty one."""
+    if not shutil.which("rsync"):
+        pytest.skip("rsync is not installed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(SSH_SHIM)
+    (bin_dir / "ssh").chmod(0o755)
+    master = tmp_path / "master" / "output"
+    master.mkdir(parents=True)
+    (tmp_path / "node1").mkdir()
+    snapshot = master / "snapshot.pt"
+    snapshot.write_text("version 1")
+    old = snapshot.stat().st_mtime_ns - 60 * 10**9
+    os.utime(snapshot, ns=(old, old))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SHIM_FOLDER", str(master))
+    monkeypatch.setenv("SHIM_ROOT", str(tmp_path))
+    return master, tmp_path / "node1"
+
+
+def _during(master: Path, tries: int = 3) -> dict:
+    module = _sync_module()
+    sync = module.Sync(
+        {"folder": str(master), "nodes": {"node0": "master", "node1": "node1"}, "timeout": 10}
+    )
+    found = sync.during(copies=1, settle=0.2, tries=tries)
+    return {**found, "problems": sync.problems, "transfers": sync.transfers}
+
+
+def test_a_copy_while_the_job_runs_reaches_the_next_node(two_folders) -> None:
+    master, node1 = two_folders
+    found = _during(master)
+    assert (node1 / "snapshot.pt").read_text() == "version 1"
+    assert found["holders"] == ["node1"]
+    assert found["problems"] == []
+    assert not (node1 / js.INCOMING).exists()
+
+
+def test_a_checkpoint_rewritten_while_it_travelled_is_sent_again(
+    two_folders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lost-master failure: the only copy made while the job ran was dropped on node1
+    because rank 0 saved its next snapshot meanwhile, yet node1 was named as holding it."""
+    master, node1 = two_folders
+    monkeypatch.setenv("SHIM_CHANGES", "1")
+    found = _during(master)
+    assert (node1 / "snapshot.pt").read_text() == "version 2"
+    assert found["holders"] == ["node1"]
+    assert found["problems"] == []
+    assert len(found["transfers"]) == 2
+
+
+def test_a_checkpoint_that_keeps_changing_leaves_no_holder_and_says_why(
+    two_folders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master, node1 = two_folders
+    (node1 / "snapshot.pt").write_text("older")
+    monkeypatch.setenv("SHIM_CHANGES", "5")
+    found = _during(master, tries=2)
+    assert found["holders"] == []
+    assert found["problems"] == [
+        "node1: snapshot.pt changed while it travelled, 2 times; its older copy is kept"
+    ]
+    assert (node1 / "snapshot.pt").read_text() == "older"
+    assert not (node1 / js.INCOMING).exists()
