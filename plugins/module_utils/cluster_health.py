@@ -18,8 +18,12 @@ from typing import Any
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.check_floors import floor_problems
     from ansible.module_utils.shared_storage import describe_mount
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.check_floors import (
+        floor_problems,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
         describe_mount,
     )
@@ -538,12 +542,15 @@ def check_input_problems(inputs: Mapping[str, Any]) -> list[str]:
     nofile = str(inputs.get("check_min_nofile", 0))
     if not nofile.isdigit():
         problems.append(f"check_min_nofile must be a whole number, 0 or more (got {nofile!r})")
+    problems += floor_problems(inputs.get("check_floors", []))
     return problems
 
 
 def collective_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """The collectives script's report, by node name: the group's sweep, each pair's busbw at
-    the largest size, and each direction's one-way bandwidth."""
+    the largest size, each direction's one-way bandwidth and, where measured, each node's
+    all_reduce over all its ranks, its slowest GPU's host-to-GPU copy and its PCIe reading
+    under load."""
     pairs, directions = {}, {}
     for key, result in report.get("pairs", {}).items():
         a, b = (names[int(i)] for i in key.split("-"))
@@ -552,7 +559,19 @@ def collective_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[
             directions[f"{a} -> {b}"] = result["forward"]
         if "backward" in result:
             directions[f"{b} -> {a}"] = result["backward"]
-    return {"group": report.get("group", []), "pairs": pairs, "directions": directions}
+    by_node = {
+        key: {names[int(node)]: value for node, value in (report.get(key) or {}).items()}
+        for key in ("inside_nodes", "h2d", "pcie_under_load")
+    }
+    inside = {name: row["busbw"] for name, row in by_node["inside_nodes"].items()}
+    return {
+        "group": report.get("group", []),
+        "pairs": pairs,
+        "directions": directions,
+        "inside_nodes": inside,
+        "h2d": by_node["h2d"],
+        "pcie_under_load": by_node["pcie_under_load"],
+    }
 
 
 def collective_findings(

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import pwd
+import shlex
 import shutil
 import subprocess
 import time
@@ -17,6 +18,13 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.gpu_faults import APPLICATION_XIDS, parse_xids
+    from ansible.module_utils.gpu_health import (
+        inactive_nvlinks,
+        parse_nvlink_status,
+        parse_smi_xml,
+        rdma_ports,
+    )
     from ansible.module_utils.shared_storage import resolve_shared_dir
     from ansible.module_utils.torch_builds import installed_build, installed_query
     from ansible.module_utils.torch_job import ssh_argv
@@ -28,6 +36,16 @@ try:
         unit_limits,
     )
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_faults import (
+        APPLICATION_XIDS,
+        parse_xids,
+    )
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_health import (
+        inactive_nvlinks,
+        parse_nvlink_status,
+        parse_smi_xml,
+        rdma_ports,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
         resolve_shared_dir,
     )
@@ -105,7 +123,9 @@ options:
 RETURN = r"""
 node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
-    torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending, rdma_nics,
+    torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending,
+    gpu_details, gpu_model, nvlinks_inactive, xids, rdma_nics, rdma_ports, diagnostics
+    (C(nvidia-smi -q), C(nvidia-smi topo -m) and C(ibv_devinfo -v) where installed),
     units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error,
     shared_dir, and job_limits with what the transient unit asked for and got, memlock and
     nofile each a number or C(unlimited), or its error).
@@ -174,7 +194,57 @@ def nvidia(gpu_dir: str) -> dict:
         ]
         found["ecc_uncorrected"] = sum(row[0] for row in numbers)
         found["remaps_pending"] = sum(row[1] for row in numbers if len(row) > 1)
+        found.update(gpu_details(smi))
+    if os.path.isdir("/proc/driver/nvidia"):
+        found["xids"] = [
+            xid.describe() for xid in parse_xids(kernel_log()) if xid.code not in APPLICATION_XIDS
+        ]
     return found
+
+
+def _output(argv: list[str], timeout: int = 60) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def gpu_details(smi: str) -> dict:
+    """Each GPU's model, persistence mode, PCIe link and slowdowns (nvidia-smi -q -x), and
+    the NVLinks that are down (nvidia-smi nvlink -s)."""
+    gpus = parse_smi_xml(_output([smi, "-q", "-x"]))
+    return {
+        "gpu_details": gpus,
+        "gpu_model": gpus[0]["name"] if gpus else "",
+        "nvlinks_inactive": inactive_nvlinks(parse_nvlink_status(_output([smi, "nvlink", "-s"]))),
+    }
+
+
+# What NCCL's maintainers ask for first, read for the support bundle where the tool exists.
+DIAGNOSTICS = {
+    "nvidia-smi-q.txt": ["nvidia-smi", "-q"],
+    "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
+    "ibv_devinfo-v.txt": ["ibv_devinfo", "-v"],
+}
+
+
+def diagnostics() -> dict[str, str]:
+    """Each diagnostic command's output, by file name, where its tool is installed."""
+    return {
+        name: _output(argv) or f"{shlex.join(argv)}: no output\n"
+        for name, argv in DIAGNOSTICS.items()
+        if shutil.which(argv[0])
+    }
+
+
+def kernel_log() -> str:
+    """The kernel's messages since boot: the journal's, else the ring buffer's."""
+    if shutil.which("journalctl"):
+        text = _output(["journalctl", "-k", "-b", "-o", "cat", "--no-pager", "-q"], timeout=120)
+        if text:
+            return text
+    return _output(["dmesg"]) if shutil.which("dmesg") else ""
 
 
 def active_job_units(module: AnsibleModule) -> list[str]:
@@ -261,6 +331,8 @@ def main() -> None:
         "rdma_nics": sorted(os.listdir("/sys/class/infiniband"))
         if os.path.isdir("/sys/class/infiniband")
         else [],
+        "rdma_ports": rdma_ports(),
+        "diagnostics": diagnostics(),
         "units": active_job_units(module),
         "processes": job_processes(None),
         "port_users": port_listeners(p["port"]) if p["port"] else [],

@@ -11,6 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 
+# From the repository (ansible.cfg's module_utils path), else from the installed
+# torch_cluster.cluster collection.
+try:
+    from ansible.module_utils.net_path import path_report
+except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.net_path import (
+        path_report,
+    )
+
 DOCUMENTATION = r"""
 module: cluster_health_reach
 short_description: Prove that this node and every peer reach each other on the given ports
@@ -21,6 +30,9 @@ description:
   - A connection refused is retried until the peer listens (the peers start within a moment
     of each other); one answered with "no route to host" (what firewalld answers) or never
     answered is blocked. Listening ends when every peer has connected, or at I(deadline).
+  - Then the path toward each peer - the interface and source address the kernel picks, that
+    interface's MTU, and an ICMP echo of that full size with don't-fragment set - and the
+    loopback addresses this node's hostname resolves to.
 options:
   nodes:
     description: Every node, name to address.
@@ -56,6 +68,11 @@ attempts:
 listen_errors:
   description: Ports this node could not listen on, and why.
   type: list
+  returned: always
+path:
+  description: C(paths) (per peer, dev, src, mtu, df and own_source) and
+    C(loopback_hostname).
+  type: dict
   returned: always
 """
 
@@ -144,7 +161,9 @@ def main() -> None:
         {"peer": name, "port": port, "outcome": outcome}
         for (name, _, port), outcome in zip(targets, outcomes)
     ]
-    module.exit_json(changed=False, attempts=attempts, listen_errors=errors)
+    addresses = {name: peer["address"] for name, peer in peers.items()}
+    path = path_report(p["nodes"][p["self_name"]], addresses)
+    module.exit_json(changed=False, attempts=attempts, listen_errors=errors, path=path)
 
 
 if __name__ == "__main__":

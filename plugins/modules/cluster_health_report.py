@@ -12,6 +12,15 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.check_floors import merged
+    from ansible.module_utils.cluster_fabric import (
+        bundle_files,
+        floor_findings,
+        hardware_findings,
+        path_findings,
+        pcie_load_findings,
+        write_bundle,
+    )
     from ansible.module_utils.cluster_health import (
         Finding,
         clock_findings,
@@ -33,6 +42,15 @@ try:
         version_findings,
     )
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.check_floors import merged
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_fabric import (
+        bundle_files,
+        floor_findings,
+        hardware_findings,
+        path_findings,
+        pcie_load_findings,
+        write_bundle,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_health import (
         Finding,
         clock_findings,
@@ -61,9 +79,12 @@ description:
   - Turns each node's probe, the reachability attempts and the collectives' figures into
     findings (each with the node or pair, the value, the limit and the fix), a table of the
     nodes' versions, the limits a job unit gets on each node, and a verdict.
-  - Thresholds come from the cluster's own figures, never from a vendor's; with
-    I(save_baseline) the measured figures become the cluster's baseline, which later runs
-    compare against.
+  - Relative thresholds come from the cluster's own figures; with I(save_baseline) the
+    measured figures become the cluster's baseline, which later runs compare against.
+  - Absolute floors (I(floors)) apply beside them, baseline or not, so that a cluster that is
+    slow everywhere fails too, naming the floor and its source.
+  - GPUs (PCIe width, and generation under load; slowdowns; persistence; NVLinks; XIDs),
+    RDMA ports, and the network paths (MTU, don't-fragment pings, routes, hostnames).
 options:
   nodes:
     description: The nodes, in rank order (the first is the master).
@@ -124,6 +145,20 @@ options:
     description: The nofile limit a job unit must get; 0 for what the launcher's units ask for.
     type: int
     default: 0
+  addresses:
+    description: Each node's cluster address, by name (the routes toward peers must use it).
+    type: dict
+    default: {}
+  floors:
+    description: The table of floors (roles/check/vars/floors.yml, rows of check_floors.py).
+    type: list
+    elements: dict
+    default: []
+  floor_overrides:
+    description: The inventory's floors; one named as a row of the table replaces it.
+    type: list
+    elements: dict
+    default: []
   shared:
     description:
       - The shared folder's proof (path, problems, and each node's write step of
@@ -193,6 +228,46 @@ def write(path: str, text: str) -> None:
     os.replace(f"{path}.partial", path)
 
 
+def without_diagnostics(row: dict) -> dict:
+    """A node's probe without the diagnostics' texts (they go to the bundle)."""
+    return {key: value for key, value in row.items() if key != "diagnostics"}
+
+
+def bundle(
+    params: dict, rows: dict, logs: dict, report: dict, *, figures: dict, world: int, text: str
+) -> str:
+    """Write the support bundle next to the report; the line that names it."""
+    files = bundle_files(
+        rows,
+        {name: read(path) for name, path in logs.items()} if params["logs_dir"] else {},
+        report,
+        figures,
+        world,
+    )
+    path = os.path.join(params["report_dir"], "bundle.tar.gz")
+    write_bundle(path, {**files, "report.md": text})
+    return f"Support bundle (for NCCL's and our issue trackers): {path}"
+
+
+def figure_lines(figures: dict) -> list[str]:
+    """The collectives' figures, as the controller shows them."""
+    if not figures:
+        return []
+    group = figures["group"][-1]
+    lines = [f"all_reduce, whole group, {group['size']} B: busbw {group['busbw'] / 1e6:.1f} MB/s"]
+    lines += [f"  {k}: all_reduce busbw {v / 1e6:.1f} MB/s" for k, v in figures["pairs"].items()]
+    lines += [f"  {k}: one way {v / 1e6:.1f} MB/s" for k, v in figures["directions"].items()]
+    lines += [
+        f"  {k}: all_reduce over its ranks, busbw {v / 1e6:.1f} MB/s"
+        for k, v in figures["inside_nodes"].items()
+    ]
+    lines += [
+        f"  {k}: host-to-GPU copy {v / 1e9:.2f} GB/s (slowest GPU)"
+        for k, v in figures["h2d"].items()
+    ]
+    return lines
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -210,6 +285,9 @@ def main() -> None:
             "min_free_gib": {"type": "float", "default": 10},
             "min_memlock": {"type": "str", "default": ""},
             "min_nofile": {"type": "int", "default": 0},
+            "addresses": {"type": "dict", "default": {}},
+            "floors": {"type": "list", "elements": "dict", "default": []},
+            "floor_overrides": {"type": "list", "elements": "dict", "default": []},
             "shared": {"type": "dict", "default": {}},
             "baseline_file": {"type": "str", "default": ""},
             "save_baseline": {"type": "bool", "default": False},
@@ -252,6 +330,10 @@ def main() -> None:
         *limit_findings(rows, p["min_memlock"], p["min_nofile"]),
         *transport_findings(rows, transports),
         *shared_findings(p["shared"], p["min_free_gib"]),
+        *hardware_findings({n: rows[n] for n in names if rows[n]}),
+        *path_findings(
+            {n: (p["reach"].get(n) or {}).get("path") or {} for n in names}, p["addresses"]
+        ),
     ]
     blocking = [
         f for f in findings if f.check in ("probe", "environment", "versions", "reachability")
@@ -286,6 +368,9 @@ def main() -> None:
         findings += collective_findings(
             figures, baseline, names, p["fraction_of_baseline"], p["fraction_of_median"]
         )
+        floors = merged(p["floors"], p["floor_overrides"])
+        findings += floor_findings(figures, rows, transports, floors)
+        findings += pcie_load_findings(figures.get("pcie_under_load") or {})
     elif p["collectives_note"]:
         findings.append(
             Finding(
@@ -301,15 +386,7 @@ def main() -> None:
     shared = shared_lines(p["shared"])
     limits = limit_lines(rows)
     lines = ["Nodes:", *table, *shared, *limits]
-    if figures:
-        group = figures["group"][-1]
-        lines.append(
-            f"all_reduce, whole group, {group['size']} B: busbw {group['busbw'] / 1e6:.1f} MB/s"
-        )
-        lines += [
-            f"  {k}: all_reduce busbw {v / 1e6:.1f} MB/s" for k, v in figures["pairs"].items()
-        ]
-        lines += [f"  {k}: one way {v / 1e6:.1f} MB/s" for k, v in figures["directions"].items()]
+    lines += figure_lines(figures)
     lines += [baseline_note] if baseline_note else []
     lines += (
         [f"NOT HEALTHY: {len(findings)} failure(s)"]
@@ -322,8 +399,9 @@ def main() -> None:
     report = {
         "time": now,
         "healthy": not findings,
-        "nodes": rows,
+        "nodes": {n: without_diagnostics(row) for n, row in rows.items()},
         "reachability": reach,
+        "paths": {n: (p["reach"].get(n) or {}).get("path") or {} for n in names},
         "transports": transports,
         "collectives": figures,
         "shared": p["shared"],
@@ -332,10 +410,10 @@ def main() -> None:
     }
     write(os.path.join(p["report_dir"], "report.json"), json.dumps(report, indent=2) + "\n")
     title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
-    write(
-        os.path.join(p["report_dir"], "report.md"),
-        markdown(title, table, reach, figures, findings, shared=shared, limits=limits),
-    )
+    text = markdown(title, table, reach, figures, findings, shared=shared, limits=limits)
+    write(os.path.join(p["report_dir"], "report.md"), text)
+    world = int(collectives.get("world_size") or 0)
+    lines.append(bundle(p, rows, logs, report, figures=figures, world=world, text=text))
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
         saved = {
             "saved": now,

@@ -10,6 +10,7 @@ from pathlib import Path
 # those that import each other find one another under Ansible's names too.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
 for name in (
+    "check_floors",
     "torch_job",
     "cluster_net",
     "shared_storage",
@@ -20,5 +21,9 @@ for name in (
     "dnf_repos",
     "job_view",
     "job_list",
+    "gpu_faults",
+    "gpu_health",
+    "net_path",
+    "cluster_fabric",
 ):
     sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)

@@ -183,6 +183,18 @@ class Node:
         finally:
             self._podman("exec", container, "tc", "qdisc", "del", "dev", device, "root")
 
+    @contextlib.contextmanager
+    def mtu(self, size: int) -> Iterator[None]:
+        """Set the MTU of the node's interface to SIZE, as a node configured apart from the
+        rest would have it, and put the old one back on exit."""
+        container, device = self._container(), self.interface
+        old = self.host.check_output(f"cat /sys/class/net/{device}/mtu").strip()
+        self._podman("exec", container, "ip", "link", "set", "dev", device, "mtu", str(size))
+        try:
+            yield
+        finally:
+            self._podman("exec", container, "ip", "link", "set", "dev", device, "mtu", old)
+
     def _container(self) -> str:
         names = self._podman("ps", "--format", "{{.Names}}").split()
         for name in names:

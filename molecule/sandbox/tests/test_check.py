@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,15 @@ def test_a_healthy_cluster_passes_with_every_section_measured(
     ]
     assert all(outcome == "connected" for *_, outcome in attempts)
     assert (names[1], names[0], master_port, "connected") in attempts
+    # The path toward every peer: its interface's MTU, crossed by a full-size don't-fragment
+    # echo, from the node's own cluster address; no hostname on loopback.
+    paths = report["paths"]
+    mtus = {path["mtu"] for found in paths.values() for path in found["paths"].values()}
+    assert len(mtus) == 1, paths
+    for name, found in paths.items():
+        assert set(found["paths"]) == set(names) - {name}
+        assert all(p["df"] == "ok" and p["own_source"] for p in found["paths"].values()), found
+        assert found["loopback_hostname"] == [], found
     group = report["collectives"]["group"]
     assert [row["size"] for row in group] == [65536, 1048576, 4194304]
     assert all(row["busbw"] > 0 and row["seconds"] > 0 for row in group)
@@ -66,6 +76,14 @@ def test_a_healthy_cluster_passes_with_every_section_measured(
         f"{a} -> {b}" for a in names for b in names if a != b
     }
     assert (tmp_path / "baseline.json").exists()
+    # The support bundle: each node's versions, the collectives' node logs, nccl-tests' layout.
+    with tarfile.open(next((tmp_path / "runs").glob("check-*/bundle.tar.gz"))) as bundle:
+        inside = set(bundle.getnames())
+        perf = bundle.extractfile("all_reduce_perf.txt").read().decode()
+    for name in names:
+        assert {f"nodes/{name}/versions.json", f"nodes/{name}/collectives.log"} <= inside
+    assert {"report.json", "report.md"} <= inside
+    assert [line.split()[0] for line in perf.splitlines()[3:]] == ["65536", "1048576", "4194304"]
     markdown = next((tmp_path / "runs").glob("check-*/report.md")).read_text()
     assert "## Connections" in markdown
     # The shared folder: every node wrote there and read every node's file; figures per node.
@@ -112,6 +130,57 @@ def test_a_blocked_pair_is_named_with_its_port(
     assert {f["subject"] for f in report["failures"] if f["check"] == "reachability"} == {
         f"{other} -> {master}"
     }
+
+
+def test_a_node_with_another_mtu_is_named_with_the_pairs_it_breaks(
+    playbook: Playbook, tmp_path: Path, members: list[Node]
+) -> None:
+    master, victim = members[0], members[-1]
+    with victim.mtu(1400):
+        outcome, report = check(playbook, tmp_path, check_collectives=False)
+    assert outcome.rc != 0
+    network = [(f["subject"], f["value"]) for f in report["failures"] if f["check"] == "network"]
+    assert (victim.name, "MTU 1400 on its training interface") in network, network
+    mtu = report["paths"][master.name]["paths"][victim.name]["mtu"]
+    lost = (f"{master} -> {victim}", f"a {mtu}-byte don't-fragment ping: no answer")
+    assert lost in network, network
+    line = f"{victim}: MTU 1400 on its training interface (limit: {mtu}, as on the other nodes)"
+    assert line in outcome.output
+
+
+def test_a_floor_above_what_the_sandbox_reaches_fails_and_is_named(
+    playbook: Playbook, tmp_path: Path, members: list[Node]
+) -> None:
+    """No baseline, and a cluster alike everywhere: the relative rules pass it; floors from
+    the inventory (a pair's all_reduce, and with two ranks per node, each node's all_reduce
+    over its ranks) name every figure below them."""
+    floors = [
+        {"name": "above the sandbox", "pair_busbw_gbs": 1000},
+        {"name": "inside the sandbox's nodes", "node_allreduce_busbw_gbs": 1000},
+        {"name": "below the sandbox", "pair_busbw_gbs": 0.0001},
+    ]
+    outcome, report = check(playbook, tmp_path, check_floors=floors, nproc=2)
+    assert outcome.rc != 0
+    found = [f for f in report["failures"] if f["check"] == "floors"]
+    names = [node.name for node in members]
+    pairs = [f"{a} <-> {b}" for i, a in enumerate(names) for b in names[i + 1 :]]
+    assert sorted(f["subject"] for f in found) == sorted([*pairs, *names]), found
+    assert {f["check"] for f in report["failures"]} == {"floors"}, report["failures"]
+    assert all("1000 GB/s, the floor '" in f["limit"] for f in found)
+    assert set(report["collectives"]["inside_nodes"]) == set(names)
+    line = f"[floors] {pairs[0]}: all_reduce busbw between two nodes (one rank each: one NIC)"
+    assert line in outcome.output
+    assert "(limit: 1000 GB/s, the floor 'above the sandbox')" in outcome.output
+
+
+def test_a_malformed_floor_is_refused_before_anything_runs(
+    playbook: Playbook, tmp_path: Path
+) -> None:
+    outcome, report = check(playbook, tmp_path, check_floors=[{"name": "x", "pair_bw": 5}])
+    assert outcome.rc != 0
+    assert "check_floors[0] has unknown keys pair_bw" in outcome.output
+    assert report == {}
+    assert "Read every node" not in outcome.output
 
 
 @pytest.fixture

@@ -11,7 +11,11 @@ collectives.json (rank 0) in the current folder:
 - the same for every pair of nodes (one process each: each node's local rank 0), the pairs
   run in the given rounds of disjoint pairs, all pairs of a round at once;
 - each direction of every pair at the largest size (send on one side, receive on the other),
-  so that a node that sends or receives slowly stands out even on two nodes.
+  so that a node that sends or receives slowly stands out even on two nodes;
+- with more than one rank per node, all_reduce over all the ranks (GPUs) of each node at
+  once, at the largest size: NVLink or PCIe inside the node;
+- on GPUs, each GPU's host-to-GPU copy bandwidth (pinned memory), and each node's PCIe links
+  as nvidia-smi reads them during that copy (an idle GPU lowers its link's generation).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -101,6 +106,79 @@ def pair_tests(
     return results
 
 
+def node_tests(
+    everyone: list, size: int, device: torch.device
+) -> tuple[dict[int, dict] | None, dict[str, object]]:
+    """all_reduce over every rank of each node at once (this rank's node's sweep, None with
+    one rank per node), then, on GPUs, this GPU's host-to-GPU copy."""
+    nodes = sorted({node for node, _, _ in everyone})
+    ranks = {node: sorted(r for n, _, r in everyone if n == node) for node in nodes}
+    # Created by every rank, in the same order (a collective of the whole world).
+    groups = {node: dist.new_group(ranks[node]) for node in nodes if len(ranks[node]) > 1}
+    mine = next(node for node, _, rank in everyone if rank == dist.get_rank())
+    inside = None
+    if mine in groups:
+        row = sweep([size], groups[mine], device)[-1]
+        inside = {"ranks": len(ranks[mine]), **row}
+    dist.barrier()
+    copy: dict[str, object] = {}
+    if device.type == "cuda":
+        copy = host_to_gpu(device, local_rank_zero=int(os.environ["LOCAL_RANK"]) == 0)
+    return ({mine: inside} if inside else None), copy
+
+
+PCIE_QUERY = (
+    "index,pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,pcie.link.gen.hostmax,"
+    "pcie.link.width.current,pcie.link.width.max"
+)
+COPY_BYTES = 256 * 2**20
+
+
+def host_to_gpu(device: torch.device, local_rank_zero: bool) -> dict[str, object]:
+    """Bytes per second from pinned host memory to this GPU; on each node's local rank 0,
+    nvidia-smi's PCIe readings taken while every GPU of the node copies."""
+    host = torch.ones(COPY_BYTES // 4, dtype=torch.float32).pin_memory()
+    target = torch.empty_like(host, device=device)
+
+    def copy() -> None:
+        target.copy_(host, non_blocking=True)
+
+    reading = None
+    if local_rank_zero:
+        fields = subprocess.run(
+            ["nvidia-smi", "--help-query-gpu"], capture_output=True, text=True, check=False
+        ).stdout
+        # The host's maximum came with later drivers; without it, the GPU's maximum.
+        query = (
+            PCIE_QUERY
+            if "pcie.link.gen.hostmax" in fields
+            else PCIE_QUERY.replace("pcie.link.gen.hostmax,", "")
+        )
+        reading = subprocess.Popen(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    flag = torch.zeros(1, dtype=torch.int64, device=device)
+    # Every GPU of the node keeps copying until local rank 0's reading is done (at most 10 s).
+    started = time.monotonic()
+    while True:
+        copy()
+        torch.cuda.synchronize()
+        flag.fill_(int(reading is not None and reading.poll() is None))
+        if time.monotonic() - started > 10:
+            flag.fill_(0)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if not int(flag.item()):
+            break
+    found: dict[str, object] = {
+        "h2d": COPY_BYTES / timed(copy, torch.cuda.synchronize, None, device)
+    }
+    if reading is not None:
+        out, _ = reading.communicate()
+        found["pcie"] = out if reading.returncode == 0 else ""
+    return found
+
+
 def merge(parts: list[dict]) -> dict:
     """Both members' parts of each pair: each measured one direction."""
     merged: dict = {}
@@ -111,6 +189,20 @@ def merge(parts: list[dict]) -> dict:
                 if result[side] is not None:
                     pair[side] = result[side]
     return merged
+
+
+def node_figures(found: list) -> dict:
+    """Each node's figures, by node rank: its all_reduce over all its ranks, its slowest
+    GPU's host-to-GPU copy, and its PCIe readings under load."""
+    inside, h2d, pcie = {}, {}, {}
+    for node, sweep_row, copy in found:
+        if sweep_row:
+            inside.update({str(k): v for k, v in sweep_row.items()})
+        if copy.get("h2d"):
+            h2d[str(node)] = min(h2d.get(str(node), math.inf), copy["h2d"])
+        if copy.get("pcie"):
+            pcie[str(node)] = copy["pcie"]
+    return {"inside_nodes": inside, "h2d": h2d, "pcie_under_load": pcie}
 
 
 def show(report: dict) -> None:
@@ -128,6 +220,11 @@ def show(report: dict) -> None:
             f"one way {there / 1e9:7.3f} / {back / 1e9:7.3f} GB/s",
             flush=True,
         )
+    for node, row in sorted(report.get("inside_nodes", {}).items()):
+        busbw = row["busbw"] / 1e9
+        print(f"node {node:>7} {row['ranks']} ranks busbw {busbw:7.3f} GB/s", flush=True)
+    for node, rate in sorted(report.get("h2d", {}).items()):
+        print(f"node {node:>7} host-to-GPU {rate / 1e9:7.3f} GB/s (slowest GPU)", flush=True)
 
 
 def main() -> None:
@@ -156,6 +253,9 @@ def main() -> None:
         group = sweep(sizes, None, device)
         parts: list = [None] * world
         dist.all_gather_object(parts, pair_tests(rounds, leader, sizes, device))
+        inside, copy = node_tests(everyone, sizes[-1], device)
+        found: list = [None] * world
+        dist.all_gather_object(found, (me[0], inside, copy))
         if dist.get_rank() == 0:
             report = {
                 "backend": dist.get_backend(),
@@ -163,6 +263,7 @@ def main() -> None:
                 "nodes": len(leader),
                 "group": group,
                 "pairs": merge(parts),
+                **node_figures(found),
             }
             show(report)
             with open("collectives.json", "w") as handle:

@@ -1,0 +1,238 @@
+"""What the health check reads of a node's GPUs and fabric, beyond ECC.
+
+Parsers of what NVIDIA's tools, the kernel and sysfs print, and the decisions on them:
+
+- `nvidia-smi -q -x`: each GPU's model, persistence mode, PCIe link (generation and width,
+  current against the most that the GPU and the host allow) and active clock event
+  (throttle) reasons;
+- `nvidia-smi nvlink -s`: each NVLink's state;
+- the kernel log: XID events since boot (gpu_faults.parse_xids);
+- /sys/class/infiniband: each RDMA port's state, rate, link layer and, on Ethernet (RoCE),
+  whether it has a RoCE v2 GID.
+
+cluster_health_probe runs the commands on each node; cluster_health_report turns the results
+into findings (cluster_health.Finding). Standard library only: it runs on the nodes' system
+Python.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Clock event reasons that mean the GPU is slowed down by a fault or by its cooling, not by
+# its workload or settings (nvidia-smi's "Clocks Event Reasons"; older drivers call the
+# section "Clocks Throttle Reasons"). SW power cap, idle and application clocks are normal.
+SLOWDOWN_REASONS = {
+    "hw_slowdown": "HW slowdown",
+    "hw_thermal_slowdown": "HW thermal slowdown",
+    "hw_power_brake_slowdown": "HW power brake slowdown",
+    "sw_thermal_slowdown": "SW thermal slowdown",
+}
+
+
+def _text(element: ET.Element | None, path: str) -> str:
+    found = element.find(path) if element is not None else None
+    return (found.text or "").strip() if found is not None and found.text else ""
+
+
+def _number(text: str) -> int | None:
+    match = re.match(r"\s*(\d+)", text or "")
+    return int(match.group(1)) if match else None
+
+
+def parse_smi_xml(text: str) -> list[dict[str, Any]]:
+    """One dict per GPU of `nvidia-smi -q -x`: bus id, name, persistence, the PCIe link's
+    current and best generation and width, and the active slowdown reasons."""
+    try:
+        root = ET.fromstring(text)  # nvidia-smi's own output
+    except ET.ParseError:
+        return []
+    gpus = []
+    for gpu in root.findall("gpu"):
+        link = gpu.find("pci/pci_gpu_link_info")
+        gen = link.find("pcie_gen") if link is not None else None
+        widths = link.find("link_widths") if link is not None else None
+        # The best generation the pair allows: the GPU's and the host's maxima where the
+        # driver gives both (R535 and later), else the GPU's.
+        best_gen = [
+            _number(_text(gen, key))
+            for key in ("max_device_link_gen", "max_host_link_gen")
+            if _number(_text(gen, key))
+        ] or [_number(_text(gen, "max_link_gen"))]
+        reasons = gpu.find("clocks_event_reasons")
+        if reasons is None:
+            reasons = gpu.find("clocks_throttle_reasons")
+        active = []
+        for child in list(reasons) if reasons is not None else []:
+            key = re.sub(r"^clocks?_(event|throttle)_reasons?_", "", child.tag)
+            if key in SLOWDOWN_REASONS and (child.text or "").strip() == "Active":
+                active.append(SLOWDOWN_REASONS[key])
+        gpus.append(
+            {
+                "bus_id": gpu.get("id", ""),
+                "name": _text(gpu, "product_name"),
+                "persistence": _text(gpu, "persistence_mode"),
+                "pcie_gen": _number(_text(gen, "current_link_gen")),
+                "pcie_gen_max": min((g for g in best_gen if g), default=None),
+                "pcie_width": _number(_text(widths, "current_link_width")),
+                "pcie_width_max": _number(_text(widths, "max_link_width")),
+                "slowdowns": active,
+            }
+        )
+    return gpus
+
+
+_NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: [^)]*\))?\s*$")
+_NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*)$")
+
+
+def parse_nvlink_status(text: str) -> dict[str, dict[int, str]]:
+    """`nvidia-smi nvlink -s`: GPU index -> link -> its speed ("26.562 GB/s") or
+    "<inactive>"."""
+    links: dict[str, dict[int, str]] = {}
+    current = None
+    for line in text.splitlines():
+        gpu = _NVLINK_GPU.match(line)
+        if gpu:
+            current = gpu.group(1)
+            links[current] = {}
+            continue
+        link = _NVLINK_LINK.match(line)
+        if link and current is not None:
+            links[current][int(link.group(1))] = link.group(2).strip()
+    return links
+
+
+def inactive_nvlinks(links: Mapping[str, Mapping[int, str]]) -> dict[str, list[int]]:
+    """The links reported inactive on GPUs that have NVLinks at all, where some GPU of the
+    node has active ones (a PCIe-only GPU lists none, or all inactive on every GPU)."""
+    if not any("inactive" not in state for states in links.values() for state in states.values()):
+        return {}
+    return {
+        gpu: sorted(n for n, state in states.items() if "inactive" in state)
+        for gpu, states in links.items()
+        if any("inactive" in state for state in states.values())
+    }
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, Any]]:
+    """Each RDMA port: device, port, state ("ACTIVE"), rate in Gb/s, link layer and, on
+    Ethernet, whether a RoCE v2 GID is set (sysfs's own files, as ibv_devinfo reads them)."""
+    ports = []
+    for device in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        base = os.path.join(root, device, "ports")
+        for port in sorted(os.listdir(base), key=int) if os.path.isdir(base) else []:
+            folder = os.path.join(base, port)
+            state = _read(os.path.join(folder, "state")).split(":")[-1].strip()
+            rate = _read(os.path.join(folder, "rate"))
+            layer = _read(os.path.join(folder, "link_layer"))
+            found = {
+                "device": device,
+                "port": int(port),
+                "state": state,
+                "rate_gbps": float(rate.split()[0]) if rate[:1].isdigit() else None,
+                "rate": rate,
+                "link_layer": layer,
+            }
+            if layer == "Ethernet":
+                found["roce_v2"] = _has_roce_v2(folder)
+            ports.append(found)
+    return ports
+
+
+def _has_roce_v2(port: str) -> bool:
+    """Whether a set GID of the port is of type RoCE v2 (gid_attrs/types/N)."""
+    types = os.path.join(port, "gid_attrs", "types")
+    for index in os.listdir(types) if os.path.isdir(types) else []:
+        gid = _read(os.path.join(port, "gids", index))
+        if gid and gid.replace(":", "").strip("0") and "v2" in _read(os.path.join(types, index)):
+            return True
+    return False
+
+
+def fabric_rate(ports: Sequence[Mapping[str, Any]]) -> float | None:
+    """The rate of the node's fastest active RDMA port, Gb/s (None without one)."""
+    rates = [p["rate_gbps"] for p in ports if p.get("state") == "ACTIVE" and p.get("rate_gbps")]
+    return max(rates) if rates else None
+
+
+def gpu_health_problems(gpus: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(what was found, what it should be, the fix) for each GPU's fault of `parse_smi_xml`."""
+    problems = []
+    for index, gpu in enumerate(gpus):
+        label = f"GPU {index} ({gpu.get('bus_id') or '?'})"
+        width, best_width = gpu.get("pcie_width"), gpu.get("pcie_width_max")
+        if width and best_width and width < best_width:
+            problems.append(
+                (
+                    f"{label} PCIe link x{width}",
+                    f"x{best_width}",
+                    "reseat the GPU or its riser, and check the slot in the BIOS",
+                )
+            )
+        # An idle GPU lowers its link's generation to save power: the generation is judged
+        # from the reading taken under load (the collectives' copy test), not here.
+        if gpu.get("slowdowns"):
+            problems.append(
+                (
+                    f"{label} slowed down: {', '.join(gpu['slowdowns'])}",
+                    "no hardware or thermal slowdown",
+                    "check its cooling, power supply and nvidia-smi -q -d PERFORMANCE",
+                )
+            )
+        if gpu.get("persistence") == "Disabled":
+            problems.append(
+                (
+                    f"{label} persistence mode off",
+                    "Enabled",
+                    "systemctl enable --now nvidia-persistenced (or nvidia-smi -pm 1)",
+                )
+            )
+    return problems
+
+
+def fabric_problems(ports: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(found, wanted, fix) for each RDMA port that is not active, and each RoCE port
+    without a RoCE v2 GID."""
+    problems = []
+    for port in ports:
+        label = f"{port['device']} port {port['port']}"
+        if port.get("state") != "ACTIVE":
+            problems.append(
+                (
+                    f"{label} {port.get('state') or 'state unknown'}",
+                    "ACTIVE",
+                    "check its cable and the switch port (ibstat, ibv_devinfo)",
+                )
+            )
+        elif port.get("link_layer") == "Ethernet" and not port.get("roce_v2"):
+            problems.append(
+                (
+                    f"{label} (RoCE) has no RoCE v2 GID",
+                    "a RoCE v2 GID with an address",
+                    "give the interface its IP address; set NCCL_IB_GID_INDEX to the v2 GID",
+                )
+            )
+    return problems
+
+
+def odd_rates(rates: Mapping[str, float | None]) -> dict[str, tuple[float, float]]:
+    """Nodes whose fastest RDMA port is slower than most nodes' (node -> (its, most's))."""
+    known = {name: rate for name, rate in rates.items() if rate}
+    if len(known) < 2:
+        return {}
+    values = sorted(known.values())
+    common = max(set(values), key=values.count)
+    return {name: (rate, common) for name, rate in known.items() if rate < common}

@@ -1,0 +1,346 @@
+"""The health check's GPU, fabric, path and floor judgements (module_utils/gpu_health.py,
+check_floors.py, net_path.py, cluster_fabric.py), on nvidia-smi's formats (fixtures in
+data/gpu-health, see its README), sysfs trees and real sockets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import check_floors as cf
+import cluster_fabric as fab
+import cluster_health as ch
+import gpu_health as gh
+import net_path as npth
+import pytest
+import yaml
+
+DATA = Path(__file__).parent / "data" / "gpu-health"
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = yaml.safe_load((ROOT / "roles/check/vars/floors.yml").read_text())["__check_floor_table"]
+
+
+# --- nvidia-smi -q -x ------------------------------------------------------------------------
+def test_each_gpus_link_persistence_and_slowdowns_are_read() -> None:
+    gpus = gh.parse_smi_xml((DATA / "h100x2-one-faulty.xml").read_text())
+    assert [g["name"] for g in gpus] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert gpus[0] == {
+        "bus_id": "00000000:19:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "persistence": "Enabled",
+        "pcie_gen": 1,
+        "pcie_gen_max": 5,
+        "pcie_width": 16,
+        "pcie_width_max": 16,
+        "slowdowns": [],
+    }
+    assert gpus[1]["pcie_width"] == 8
+    assert gpus[1]["slowdowns"] == ["HW slowdown", "HW thermal slowdown"]
+
+
+def test_a_narrow_link_slowdowns_and_persistence_off_are_faults_and_idle_gen1_is_not() -> None:
+    problems = gh.gpu_health_problems(
+        gh.parse_smi_xml((DATA / "h100x2-one-faulty.xml").read_text())
+    )
+    found = [problem[0] for problem in problems]
+    assert found == [
+        "GPU 1 (00000000:3B:00.0) PCIe link x8",
+        "GPU 1 (00000000:3B:00.0) slowed down: HW slowdown, HW thermal slowdown",
+        "GPU 1 (00000000:3B:00.0) persistence mode off",
+    ]
+    assert problems[0][1] == "x16"
+
+
+def test_an_older_drivers_throttle_reasons_are_read_and_a_power_cap_is_normal() -> None:
+    gpus = gh.parse_smi_xml((DATA / "a100-r470-healthy.xml").read_text())
+    assert gpus[0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert gpus[0]["pcie_gen_max"] == 4
+    assert gpus[0]["slowdowns"] == []
+    assert gh.gpu_health_problems(gpus) == []
+
+
+def test_what_is_not_nvidia_smis_xml_gives_no_gpus() -> None:
+    assert gh.parse_smi_xml("NVIDIA-SMI has failed because it couldn't communicate") == []
+
+
+# --- NVLink --------------------------------------------------------------------------------
+def test_inactive_nvlinks_are_named_by_gpu() -> None:
+    links = gh.parse_nvlink_status((DATA / "nvlink-s-h100x2-two-down.txt").read_text())
+    assert len(links["0"]) == 18
+    assert gh.inactive_nvlinks(links) == {"1": [4, 5]}
+
+
+def test_a_pcie_gpu_without_active_nvlinks_is_not_a_fault() -> None:
+    links = gh.parse_nvlink_status((DATA / "nvlink-s-l40s-pcie.txt").read_text())
+    assert links == {"0": {0: "<inactive>", 1: "<inactive>", 2: "<inactive>", 3: "<inactive>"}}
+    assert gh.inactive_nvlinks(links) == {}
+
+
+# --- PCIe under load -------------------------------------------------------------------------
+def test_a_link_below_its_generation_under_load_is_named_and_the_hosts_maximum_counts() -> None:
+    readings = {"node0": (DATA / "pcie-under-load.csv").read_text()}
+    findings = fab.pcie_load_findings(readings)
+    assert [(f.subject, f.value, f.limit) for f in findings] == [
+        ("node0", "GPU 1 (00000000:3B:00.0) PCIe Gen3 under load", "Gen5")
+    ]
+
+
+def test_an_older_drivers_reading_without_the_hosts_maximum_is_read() -> None:
+    rows = fab.parse_pcie_rows((DATA / "pcie-under-load-r470.csv").read_text())
+    assert rows == [
+        {"index": "0", "bus_id": "00000000:07:00.0", "gen": 4, "gen_max": 4, "width": 16,
+         "width_max": 16}
+    ]  # fmt: skip
+
+
+# --- RDMA ports (sysfs) ----------------------------------------------------------------------
+def _port(root: Path, device: str, state: str, rate: str, layer: str, *, gids=()) -> None:
+    folder = root / device / "ports" / "1"
+    (folder / "gids").mkdir(parents=True)
+    (folder / "gid_attrs" / "types").mkdir(parents=True)
+    (folder / "state").write_text(state + "\n")
+    (folder / "rate").write_text(rate + "\n")
+    (folder / "link_layer").write_text(layer + "\n")
+    for index, (gid, kind) in enumerate(gids):
+        (folder / "gids" / str(index)).write_text(gid + "\n")
+        (folder / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+
+
+def test_rdma_ports_are_read_from_sysfs_and_faults_named(tmp_path: Path) -> None:
+    _port(tmp_path, "mlx5_0", "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand")
+    _port(tmp_path, "mlx5_1", "1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand")
+    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+    link_local = ("fe80:0000:0000:0000:0a5c:4bff:fe12:3456", "IB/RoCE v1")
+    _port(tmp_path, "mlx5_2", "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet",
+          gids=[link_local, (zero, "RoCE v2")])  # fmt: skip
+    _port(tmp_path, "mlx5_3", "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet",
+          gids=[("0000:0000:0000:0000:0000:ffff:0a00:0005", "RoCE v2")])  # fmt: skip
+    ports = gh.rdma_ports(str(tmp_path))
+    assert [(p["device"], p["state"], p["rate_gbps"]) for p in ports] == [
+        ("mlx5_0", "ACTIVE", 400.0),
+        ("mlx5_1", "DOWN", 10.0),
+        ("mlx5_2", "ACTIVE", 100.0),
+        ("mlx5_3", "ACTIVE", 100.0),
+    ]
+    assert [p.get("roce_v2") for p in ports] == [None, None, False, True]
+    assert [found for found, _, _ in gh.fabric_problems(ports)] == [
+        "mlx5_1 port 1 DOWN",
+        "mlx5_2 port 1 (RoCE) has no RoCE v2 GID",
+    ]
+    assert gh.fabric_rate(ports) == 400.0
+    assert gh.rdma_ports(str(tmp_path / "none")) == []
+
+
+def test_a_node_whose_fabric_is_slower_than_most_is_named() -> None:
+    rows = {
+        name: {
+            "rdma_ports": [
+                {
+                    "device": "mlx5_0",
+                    "port": 1,
+                    "state": "ACTIVE",
+                    "rate_gbps": rate,
+                    "link_layer": "InfiniBand",
+                }
+            ]
+        }
+        for name, rate in (("node0", 400.0), ("node1", 200.0), ("node2", 400.0))
+    }
+    findings = fab.hardware_findings(rows)
+    assert [(f.subject, f.value, f.limit) for f in findings] == [
+        ("node1", "fastest RDMA port 200 Gb/s", "400 Gb/s, as on most nodes")
+    ]
+
+
+def test_xids_since_boot_and_inactive_nvlinks_are_findings() -> None:
+    rows = {
+        "node0": {"xids": ["XID 79 on PCI:0000:3b:00 (GPU has fallen off the bus.)"]},
+        "node1": {"nvlinks_inactive": {"1": [4, 5]}},
+        "node2": {},
+    }
+    found = [(f.check, f.subject, f.value) for f in fab.hardware_findings(rows)]
+    assert found == [
+        ("gpus", "node0", "1 XID event(s) since boot: XID 79 on PCI:0000:3b:00 (GPU has fallen "
+         "off the bus.)"),
+        ("gpus", "node1", "GPU 1 NVLinks 4, 5 inactive"),
+    ]  # fmt: skip
+
+
+# --- floors ----------------------------------------------------------------------------------
+def test_the_table_of_floors_is_well_formed_and_every_row_names_its_source() -> None:
+    assert cf.floor_problems(TABLE, "floors.yml") == []
+    assert all(row.get("source") for row in TABLE)
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        ("fast", "check_floors must be a list of floors"),
+        ([{"pair_busbw_gbs": 1}], "check_floors[0] needs a name"),
+        ([{"name": "x", "pair_bw": 1}], "check_floors[0] has unknown keys pair_bw"),
+        ([{"name": "x", "pair_busbw_gbs": "fast"}], "check_floors[0].pair_busbw_gbs must be"),
+        ([{"name": "x", "gpus": "8"}], "check_floors[0].gpus has the wrong type"),
+    ],
+)
+def test_a_malformed_floor_is_refused_before_anything_runs(rows, problem: str) -> None:
+    problems = cf.floor_problems(rows)
+    assert problems
+    assert problems[0].startswith(problem)
+    assert any(problem in p for p in ch.check_input_problems(_inputs(check_floors=rows)))
+
+
+def _inputs(**changes) -> dict:
+    return {
+        "check_fraction_of_baseline": 0.8,
+        "check_fraction_of_median": 0.5,
+        "check_message_sizes": [65536],
+        "check_min_free_gib": 10,
+        "check_shared_write_mib": 64,
+        "check_min_memlock": "",
+        "check_min_nofile": 0,
+        **changes,
+    }
+
+
+H100_NODE = {"gpu_model": "NVIDIA H100 80GB HBM3", "driver_gpus": 8,
+             "rdma_ports": [{"state": "ACTIVE", "rate_gbps": 400.0}]}  # fmt: skip
+
+
+def test_a_uniformly_slow_cluster_fails_its_floors_without_a_baseline() -> None:
+    """Every node's NVLink all_reduce at 300 GB/s and every pair at 20 GB/s: the relative
+    rules see nothing (all alike); the floors name the node, the figure and the source."""
+    rows = {"node0": H100_NODE, "node1": H100_NODE}
+    figures = {
+        "pairs": {"node0 <-> node1": 20e9},
+        "inside_nodes": {"node0": 300e9, "node1": 300e9},
+        "h2d": {"node0": 53e9, "node1": 53e9},
+    }
+    transports = {"node0": "IB", "node1": "IB"}
+    assert ch.bandwidth_findings(figures["inside_nodes"], {}, 0.8, 0.5, "x") == []
+    findings = fab.floor_findings(figures, rows, transports, TABLE)
+    assert [(f.check, f.subject, f.value) for f in findings] == [
+        ("floors", "node0 <-> node1",
+         "all_reduce busbw between two nodes (one rank each: one NIC) 20 GB/s"),
+        ("floors", "node0", "all_reduce busbw over every GPU of the node 300 GB/s"),
+        ("floors", "node1", "all_reduce busbw over every GPU of the node 300 GB/s"),
+    ]  # fmt: skip
+    assert findings[0].limit.startswith("40 GB/s, the floor 'NDR InfiniBand (400 Gb/s), one NIC'")
+    assert "nd96isr_h100_v5.conf" in findings[1].limit
+
+
+def test_floors_match_by_model_count_nic_and_transport_only() -> None:
+    row = {"name": "r", "gpu": "h100", "gpus": 8, "nic_rate_gbps": 400, "transport": "IB"}
+    traits = {"gpu": "NVIDIA H100 80GB HBM3", "gpus": 8, "nic_rate_gbps": 400.0,
+              "transport": "IB"}  # fmt: skip
+    assert cf.applies(row, traits)
+    for key, other in (("gpu", "NVIDIA A100"), ("gpus", 4), ("nic_rate_gbps", 200.0),
+                       ("transport", "Socket")):  # fmt: skip
+        assert not cf.applies(row, {**traits, key: other}), key
+    assert cf.applies({"name": "everywhere"}, {})
+
+
+def test_the_inventorys_row_replaces_the_tables_of_its_name_and_the_highest_floor_binds() -> None:
+    mine = [
+        {"name": "8x H100 SXM (NVLink 4)", "gpu": "H100", "node_allreduce_busbw_gbs": 0},
+        {"name": "above the sandbox", "pair_busbw_gbs": 1000},
+        {"name": "low", "pair_busbw_gbs": 1},
+    ]
+    rows = cf.merged(TABLE, mine)
+    assert len(rows) == len(TABLE) + 2
+    traits = fab.node_traits({"node0": H100_NODE}, {"node0": "IB"})["node0"]
+    assert cf.binding(rows, "node_allreduce_busbw_gbs", [traits]) is None
+    assert cf.binding(rows, "pair_busbw_gbs", [traits, traits])["name"] == "above the sandbox"
+    sandbox = {"gpu": "", "gpus": 0, "nic_rate_gbps": None, "transport": ""}
+    assert cf.binding(TABLE, "pair_busbw_gbs", [sandbox, sandbox]) is None
+
+
+# --- the network path ------------------------------------------------------------------------
+def test_the_clusters_mtu_is_the_most_common_and_the_largest_on_a_tie() -> None:
+    assert npth.common_mtu({"a": 9000, "b": 9000, "c": 1500}) == 9000
+    assert npth.common_mtu({"a": 1500, "b": 1400}) == 1500
+    assert npth.common_mtu({"a": None}) is None
+
+
+def _path(mtu: int, df: str = "ok", src_ok: bool = True) -> dict:
+    return {"dev": "eth0", "src": "10.0.0.9", "mtu": mtu, "df": df, "own_source": src_ok}
+
+
+def test_a_node_with_another_mtu_and_the_pairs_whose_full_size_ping_is_lost_are_named() -> None:
+    reports = {
+        "node0": {"paths": {"node1": _path(1500, "no answer"), "node2": _path(1500)}},
+        "node1": {"paths": {"node0": _path(1400), "node2": _path(1400)}},
+        "node2": {
+            "paths": {"node0": _path(1500), "node1": _path(1500, "no answer")},
+            "loopback_hostname": ["127.0.1.1"],
+        },
+    }
+    found = [(s, v) for s, v, _, _ in npth.path_problems(reports, {})]
+    assert found == [
+        ("node1", "MTU 1400 on its training interface"),
+        ("node0 -> node1", "a 1500-byte don't-fragment ping: no answer"),
+        ("node2 -> node1", "a 1500-byte don't-fragment ping: no answer"),
+        ("node2", "its hostname resolves to 127.0.1.1"),
+    ]
+
+
+def test_a_route_from_another_address_is_named() -> None:
+    reports = {"node0": {"paths": {"node1": _path(1500, src_ok=False)}}}
+    found = npth.path_problems(reports, {"node0": "10.0.0.1"})
+    assert found[0][:3] == (
+        "node0 -> node1",
+        "the route leaves by eth0 from 10.0.0.9",
+        "from its cluster address 10.0.0.1",
+    )
+
+
+def test_an_echo_request_carries_a_valid_checksum_and_its_reply_is_recognised() -> None:
+    packet = npth.echo_request(0x1234, 7, bytes(32))
+    assert npth.checksum(packet) == 0
+    reply = bytes([0x45]) + bytes(19) + bytes([0, 0, 0, 0, 0x12, 0x34, 0, 7]) + bytes(32)
+    assert npth.is_reply(reply, 0x1234, 7)
+    assert not npth.is_reply(reply, 0x1234, 8)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a raw ICMP socket needs root")
+def test_a_full_size_dont_fragment_echo_crosses_loopback() -> None:
+    assert npth.route_to("127.0.0.1")["dev"] == "lo"
+    assert npth.df_ping("127.0.0.1", 1500) == "ok"
+    assert npth.df_ping("127.0.0.1", 65535) == "ok"
+
+
+def test_the_hostnames_loopback_addresses_are_found() -> None:
+    assert npth.loopback_names("localhost")
+    assert npth.loopback_names("no-such-host.invalid") == []
+    subprocess.run(["true"], check=True)
+
+
+# --- the support bundle ----------------------------------------------------------------------
+def test_the_bundle_holds_each_nodes_diagnostics_logs_and_nccl_tests_figures(
+    tmp_path: Path,
+) -> None:
+    rows = {
+        "node0": {"torch": "2.14.1", "diagnostics": {"nvidia-smi-topo-m.txt": "GPU0 X NV18\n"}},
+        "node1": {"torch": "2.14.1"},
+    }
+    group = [{"size": 65536, "seconds": 1.2e-4, "algbw": 0.546e9, "busbw": 0.819e9}]
+    logs = {"node0": "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n", "node1": ""}
+    files = fab.bundle_files(rows, logs, {"healthy": True}, {"group": group}, 4)
+    path = tmp_path / "bundle.tar.gz"
+    assert fab.write_bundle(str(path), files) == len(files)
+    with tarfile.open(path) as bundle:
+        names = sorted(bundle.getnames())
+        perf = bundle.extractfile("all_reduce_perf.txt").read().decode()
+        log = bundle.extractfile("nodes/node0/collectives.log").read().decode()
+    assert names == [
+        "all_reduce_perf.txt",
+        "nodes/node0/collectives.log",
+        "nodes/node0/nvidia-smi-topo-m.txt",
+        "nodes/node0/versions.json",
+        "nodes/node1/versions.json",
+        "report.json",
+    ]
+    assert "via NET/IB/0" in log
+    row = perf.splitlines()[-1].split()
+    assert row == ["65536", "16384", "float", "sum", "-1", "120.0", "0.55", "0.82", "N/A"]
