@@ -67,12 +67,16 @@ description:
     did not change while it travelled, so a checkpoint being written is never copied
     half-written. A file that changed is sent again once it has settled, up to I(tries) sends;
     a node is named in C(holders) only when it has every settled file. Problems are returned.
+  - C(phase=spread) (staging, not a job) sends the first node's folder to every other node
+    that lacks a file of it, in the same doubling rounds, so that a sender outside the cluster
+    (the controller) sends it to one node only. Fails, naming the node, when one cannot be
+    sent to.
   - No deletion ever travels: a file removed on one node comes back from another.
 options:
   phase:
-    description: before, during or after an attempt.
+    description: before, during or after an attempt; or spread (staging).
     type: str
-    choices: [before, during, after]
+    choices: [before, during, after, spread]
     required: true
   folder:
     description: The job's output folder (the same path on every node).
@@ -238,7 +242,20 @@ class Sync:
         fetch = newest_copies(listings, [n for n in self.order if n in listings])
         fetched = self.parallel([(holder, self.master, paths) for holder, paths in fetch.items()])
         gathered = {holder: fetch[holder] for holder, ok in zip(fetch, fetched) if ok}
-        wanted = after_gathering(listings, self.master, gathered)
+        return self.send_rounds(listings, after_gathering(listings, self.master, gathered))
+
+    def spread(self) -> dict:
+        """The first node's folder to every other node that lacks a file of it, in rounds
+        that double the nodes that have it (staging: the controller sent it to one node)."""
+        listings = self.list_all(self.order)
+        if not listings.get(self.master):
+            self.problems.append(f"{self.master}: nothing to send in {self.folder}")
+            return {"rounds": 0, "holders": []}
+        return self.send_rounds(listings, listings[self.master])
+
+    def send_rounds(self, listings: dict[str, dict], wanted: dict) -> dict:
+        """Send the master's folder to the nodes whose listing lacks a file of `wanted`: in
+        each round, every node that has it sends to one that waits."""
         have = [self.master]
         waiting = [
             name
@@ -330,7 +347,11 @@ class Sync:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "phase": {"type": "str", "required": True, "choices": ["before", "during", "after"]},
+            "phase": {
+                "type": "str",
+                "required": True,
+                "choices": ["before", "during", "after", "spread"],
+            },
             "folder": {"type": "path", "required": True},
             "nodes": {"type": "dict", "required": True},
             "copies": {"type": "int", "default": 1},
@@ -347,6 +368,8 @@ def main() -> None:
     sync = Sync(p)
     if p["phase"] == "before":
         found = sync.before()
+    elif p["phase"] == "spread":
+        found = sync.spread()
     elif p["phase"] == "during":
         found = sync.during(p["copies"], p["settle"], max(1, p["tries"]))
     else:
@@ -360,12 +383,13 @@ def main() -> None:
         "problems": sync.problems,
         **found,
     }
-    if p["phase"] == "before" and sync.problems:
-        module.fail_json(
-            msg="The output folders could not be brought up to date before the start: "
-            + "; ".join(sync.problems),
-            **result,
+    if p["phase"] in ("before", "spread") and sync.problems:
+        what = (
+            "The output folders could not be brought up to date before the start"
+            if p["phase"] == "before"
+            else f"{p['folder']} could not be spread to every node"
         )
+        module.fail_json(msg=f"{what}: " + "; ".join(sync.problems), **result)
     module.exit_json(**result)
 
 

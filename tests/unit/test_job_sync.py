@@ -135,20 +135,24 @@ def test_the_files_a_process_holds_open_are_found(tmp_path) -> None:
 
 # --- torch_job_sync's copy while a job runs, with real rsync ---------------------------------
 # Every "node" is a folder on this machine. An `ssh` first on PATH runs the command here, with
-# the job's folder path turned into the receiver's own folder: rsync, the listing and the
-# settling scripts are the real ones; only the network hop is left out.
+# the job's folder path (or another node's folder, in a command one node runs toward the next)
+# turned into the receiving node's own folder: rsync, the listing and the settling scripts are
+# the real ones; only the network hop is left out.
 SSH_SHIM = r"""#!/usr/bin/env python3
-import os, subprocess, sys
+import os, re, subprocess, sys
 args = sys.argv[1:]
 while args[0].startswith("-"):
     args = args[2:] if args[0] in ("-o", "-i", "-p", "-l") else args[1:]
 host, command = args[0], " ".join(args[1:])
-command = command.replace(os.environ["SHIM_FOLDER"], os.path.join(os.environ["SHIM_ROOT"], host))
+root = os.environ["SHIM_ROOT"]
+mine = os.path.join(root, host)
+command = command.replace(os.environ["SHIM_FOLDER"], mine)
+command = re.sub(re.escape(root) + r"/[A-Za-z0-9_-]+", mine, command)
 done = subprocess.run(["sh", "-c", command])
 # After an rsync into a receiver: the master's checkpoint is rewritten SHIM_CHANGES times in
 # all, as a training script saving its next snapshot would while the copy travels.
 if "--server" in command and "SHIM_CHANGES" in os.environ:
-    count = os.path.join(os.environ["SHIM_ROOT"], "changes")
+    count = os.environ["SHIM_COUNT"]
     made = int(open(count).read()) if os.path.exists(count) else 0
     if made < int(os.environ["SHIM_CHANGES"]):
         path = os.path.join(os.environ["SHIM_FOLDER"], "snapshot.pt")
@@ -180,15 +184,16 @@ def two_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (bin_dir / "ssh").chmod(0o755)
     master = tmp_path / "master" / "output"
     master.mkdir(parents=True)
-    (tmp_path / "node1").mkdir()
+    (tmp_path / "nodes" / "node1").mkdir(parents=True)
     snapshot = master / "snapshot.pt"
     snapshot.write_text("version 1")
     old = snapshot.stat().st_mtime_ns - 60 * 10**9
     os.utime(snapshot, ns=(old, old))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("SHIM_FOLDER", str(master))
-    monkeypatch.setenv("SHIM_ROOT", str(tmp_path))
-    return master, tmp_path / "node1"
+    monkeypatch.setenv("SHIM_ROOT", str(tmp_path / "nodes"))
+    monkeypatch.setenv("SHIM_COUNT", str(tmp_path / "changes"))
+    return master, tmp_path / "nodes" / "node1"
 
 
 def _during(master: Path, tries: int = 3) -> dict:
@@ -236,3 +241,28 @@ def test_a_checkpoint_that_keeps_changing_leaves_no_holder_and_says_why(
     ]
     assert (node1 / "snapshot.pt").read_text() == "older"
     assert not (node1 / js.INCOMING).exists()
+
+
+def test_staging_spreads_one_nodes_folder_in_rounds_that_double_the_holders(
+    two_folders,
+) -> None:
+    """The controller sent the wheelhouse to one node; it reaches five others in three rounds
+    (1 -> 2 -> 4 -> 6 holders), each sender a node that already has it, every file intact."""
+    master, node1 = two_folders
+    (master / "torch-2.14.1-cp311.whl").write_bytes(os.urandom(50_000))
+    nodes = {"seed": "seed", **{f"node{i}": f"node{i}" for i in range(1, 6)}}
+    for name in list(nodes)[2:]:
+        (node1.parent / name).mkdir()
+    (node1 / "torch-2.14.1-cp311.whl").write_bytes(b"an older, torn copy")
+    sync = _sync_module().Sync({"folder": str(master), "nodes": nodes, "timeout": 10})
+    found = sync.spread()
+    assert sync.problems == []
+    assert found["rounds"] == 3
+    assert sorted(found["holders"]) == sorted(list(nodes)[1:])
+    senders = [(t["from"], t["to"]) for t in sync.transfers]
+    assert [pair for pair in senders if pair[0] == "seed"] == [
+        ("seed", "node1"), ("seed", "node2"), ("seed", "node4")
+    ]  # fmt: skip
+    for name in list(nodes)[1:]:
+        for path in master.iterdir():
+            assert (node1.parent / name / path.name).read_bytes() == path.read_bytes(), name
