@@ -8,8 +8,10 @@ collectives.json (rank 0) in the current folder:
 
 - all_reduce over the whole group, for each size: time, algbw (size / time) and busbw
   (algbw * 2 (n - 1) / n, nccl-tests' measure of the links' use);
-- the same for every pair of nodes (one process each: each node's local rank 0), the pairs
-  run in the given rounds of disjoint pairs, all pairs of a round at once;
+- the same for every pair of nodes (one process each: each node's local rank 0), as both
+  ranks sending the message to each other at once (what a two-rank all_reduce moves), the
+  pairs run in the given rounds of disjoint pairs, all pairs of a round at once, point to
+  point on the world's group;
 - each direction of every pair at the largest size (send on one side, receive on the other),
   so that a node that sends or receives slowly stands out even on two nodes;
 - with more than one rank per node, all_reduce over all the ranks (GPUs) of each node at
@@ -71,39 +73,89 @@ def sweep(sizes: list[int], group: dist.ProcessGroup | None, device: torch.devic
     return rows
 
 
-def one_way(
-    size: int, sender: int, receiver: int, pair: dist.ProcessGroup, device: torch.device
-) -> float | None:
+def agreed_count(wanted: int, peer: int, device: torch.device) -> int:
+    """The larger of this rank's and its peer's repeat counts, exchanged point to point: both
+    must make the same number of calls."""
+    mine = torch.tensor([wanted], dtype=torch.int64, device=device)
+    theirs = torch.zeros(1, dtype=torch.int64, device=device)
+    exchange_tensors(mine, theirs, peer)
+    return max(wanted, int(theirs.item()))
+
+
+def exchange_tensors(send: torch.Tensor, receive: torch.Tensor, peer: int) -> None:
+    """Send one tensor to the peer and receive one from it, at once."""
+    requests = dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, receive, peer)]
+    )
+    for request in requests:
+        request.wait()
+
+
+def timed_pair(
+    operation: Callable[[], object], sync: Callable[[], None], peer: int, device: torch.device
+) -> float:
+    """timed() for two ranks that share no process group but the world's."""
+    start = time.perf_counter()
+    operation()
+    sync()
+    wanted = min(MAX_REPEATS, max(1, math.ceil(MIN_SECONDS / (time.perf_counter() - start))))
+    count = agreed_count(wanted, peer, device)
+    start = time.perf_counter()
+    for _ in range(count):
+        operation()
+        sync()
+    return (time.perf_counter() - start) / count
+
+
+def pair_sweep(sizes: list[int], peer: int, device: torch.device) -> list[dict]:
+    """Each size sent both ways at once between this rank and its peer. A ring all_reduce of
+    two ranks moves the same bytes (each sends the whole message and receives it), so its
+    figures are nccl-tests' all_reduce figures for the pair: busbw = algbw = size / time."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rows = []
+    for size in sizes:
+        send = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        receive = torch.empty_like(send)
+        seconds = timed_pair(lambda s=send, r=receive: exchange_tensors(s, r, peer), sync, peer,
+                             device)  # fmt: skip
+        rows.append({"size": size, "seconds": seconds, "algbw": size / seconds,
+                     "busbw": size / seconds})  # fmt: skip
+    return rows
+
+
+def one_way(size: int, sender: int, receiver: int, device: torch.device) -> float | None:
     """Bytes per second from sender to receiver (global ranks), as the receiver measures it."""
     tensor = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if dist.get_rank() == sender:
-        timed(lambda: dist.send(tensor, receiver), sync, pair, device)
+        timed_pair(lambda: dist.send(tensor, receiver), sync, receiver, device)
         return None
-    return size / timed(lambda: dist.recv(tensor, sender), sync, pair, device)
+    return size / timed_pair(lambda: dist.recv(tensor, sender), sync, sender, device)
 
 
 def pair_tests(
     rounds: list, leader: dict[int, int], sizes: list[int], device: torch.device
-) -> dict:
+) -> tuple[dict, list[float]]:
     """This rank's part of the pair tests: for each pair it belongs to, the sweep and the
-    direction it received."""
-    rank, results = dist.get_rank(), {}
-    # Every rank creates every pair's group, in the same order: creating a group is a
-    # collective of the whole world (torch's use_local_synchronization would spare that, but
-    # its group names then disagree across ranks and the next group hangs: torch 2.14).
-    groups = {(a, b): dist.new_group([leader[a], leader[b]]) for pairs in rounds for a, b in pairs}
+    direction it received; and each round's seconds. The pairs talk point to point on the
+    world's process group: no group per pair, so nothing in the setup grows with the number
+    of pairs (a new_group is a barrier of the whole world: N (N - 1) / 2 of them grew with
+    N squared). NCCL connects each pair's two ranks on their first send, in parallel across
+    the pairs of a round."""
+    rank, results, seconds = dist.get_rank(), {}, []
     for pairs in rounds:
+        started = time.perf_counter()
         for a, b in pairs:
             if rank in (leader[a], leader[b]):
-                pair = groups[(a, b)]
+                peer = leader[b] if rank == leader[a] else leader[a]
                 results[f"{a}-{b}"] = {
-                    "sweep": sweep(sizes, pair, device),
-                    "forward": one_way(sizes[-1], leader[a], leader[b], pair, device),
-                    "backward": one_way(sizes[-1], leader[b], leader[a], pair, device),
+                    "sweep": pair_sweep(sizes, peer, device),
+                    "forward": one_way(sizes[-1], leader[a], leader[b], device),
+                    "backward": one_way(sizes[-1], leader[b], leader[a], device),
                 }
         dist.barrier()  # the next round starts when every pair of this one is done
-    return results
+        seconds.append(time.perf_counter() - started)
+    return results, seconds
 
 
 def node_tests(
@@ -252,7 +304,8 @@ def main() -> None:
         leader = {node: rank for node, local, rank in everyone if local == 0}
         group = sweep(sizes, None, device)
         parts: list = [None] * world
-        dist.all_gather_object(parts, pair_tests(rounds, leader, sizes, device))
+        mine, round_seconds = pair_tests(rounds, leader, sizes, device)
+        dist.all_gather_object(parts, mine)
         inside, copy = node_tests(everyone, sizes[-1], device)
         found: list = [None] * world
         dist.all_gather_object(found, (me[0], inside, copy))
@@ -263,6 +316,7 @@ def main() -> None:
                 "nodes": len(leader),
                 "group": group,
                 "pairs": merge(parts),
+                "pair_round_seconds": round_seconds,
                 **node_figures(found),
             }
             show(report)
