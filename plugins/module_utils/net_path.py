@@ -19,6 +19,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 IP_HEADER, ICMP_HEADER = 20, 8
 # linux/in.h: IP_MTU_DISCOVER's "do": set DF, never fragment locally.
@@ -112,16 +113,20 @@ def loopback_names(hostname: str) -> list[str]:
 def path_report(own: str, peers: Mapping[str, str]) -> dict:
     """This node's side of every path: the route toward each peer, its interface's MTU, and
     a full-size don't-fragment echo to each peer at that MTU."""
-    paths = {}
-    for name, address in peers.items():
+
+    def path(address: str) -> dict:
         route = route_to(address)
         mtu = interface_mtu(route["dev"]) if route.get("dev") else None
-        paths[name] = {
+        return {
             **route,
             "mtu": mtu,
-            "df": df_ping(address, mtu) if mtu else "no route",
+            "df": df_ping(address, min(mtu, 65535)) if mtu else "no route",
             "own_source": not route.get("src") or route["src"] == own,
         }
+
+    # Every peer at once: a lost echo costs its tries' timeouts, not one per peer in turn.
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(peers)))) as pool:
+        paths = dict(zip(peers, pool.map(path, peers.values())))
     return {"paths": paths, "loopback_hostname": loopback_names(socket.gethostname())}
 
 
