@@ -77,6 +77,18 @@ def hardware_findings(rows: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
                     "or reboot",
                 )
             )
+        failed = row.get("dcgm_failures") or []
+        if failed:
+            findings.append(
+                Finding(
+                    "gpus",
+                    name,
+                    f"DCGM's quick diagnostic failed: {'; '.join(failed)}",
+                    "every test passes",
+                    "run dcgmi diag -r 2 on the node for detail; drain it and have the GPUs "
+                    "checked",
+                )
+            )
         for found, wanted, fix in fabric_problems(row.get("rdma_ports") or []):
             findings.append(Finding("fabric", name, found, wanted, fix))
     rates = {name: fabric_rate(row.get("rdma_ports") or []) for name, row in rows.items()}

@@ -236,3 +236,14 @@ def odd_rates(rates: Mapping[str, float | None]) -> dict[str, tuple[float, float
     values = sorted(known.values())
     common = max(set(values), key=values.count)
     return {name: (rate, common) for name, rate in known.items() if rate < common}
+
+
+def dcgm_failures(text: str) -> list[str]:
+    """The tests that `dcgmi diag -r 1` reports as failed, from its table ("| PCIe | Fail -
+    All |"), each with its result."""
+    failed = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[1].lower().startswith("fail"):
+            failed.append(f"{cells[0]}: {cells[1]}")
+    return failed

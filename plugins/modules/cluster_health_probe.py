@@ -20,6 +20,7 @@ from ansible.module_utils.basic import AnsibleModule
 try:
     from ansible.module_utils.gpu_faults import APPLICATION_XIDS, parse_xids
     from ansible.module_utils.gpu_health import (
+        dcgm_failures,
         inactive_nvlinks,
         parse_nvlink_status,
         parse_smi_xml,
@@ -41,6 +42,7 @@ except ImportError:
         parse_xids,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_health import (
+        dcgm_failures,
         inactive_nvlinks,
         parse_nvlink_status,
         parse_smi_xml,
@@ -114,6 +116,10 @@ options:
     description: The memlock limit the transient unit asks for (torch_job_unit's I(limit_memlock)).
     type: str
     default: infinity
+  dcgm_diag:
+    description: Run DCGM's quick diagnostic (C(dcgmi diag -r 1)) where DCGM is installed.
+    type: bool
+    default: false
   limit_nofile:
     description: The nofile limit the transient unit asks for (torch_job_unit's I(limit_nofile)).
     type: int
@@ -124,7 +130,8 @@ RETURN = r"""
 node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
     torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending,
-    gpu_details, gpu_model, nvlinks_inactive, xids, rdma_nics, rdma_ports, diagnostics
+    gpu_details, gpu_model, nvlinks_inactive, xids, dcgm_failures, rdma_nics, rdma_ports,
+    diagnostics
     (C(nvidia-smi -q), C(nvidia-smi topo -m) and C(ibv_devinfo -v) where installed),
     units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error,
     shared_dir, and job_limits with what the transient unit asked for and got, memlock and
@@ -314,6 +321,7 @@ def main() -> None:
             },
             "limit_memlock": {"type": "str", "default": LIMIT_MEMLOCK},
             "limit_nofile": {"type": "int", "default": LIMIT_NOFILE},
+            "dcgm_diag": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -344,6 +352,10 @@ def main() -> None:
         **nvidia(p["gpu_dir"]),
         **torch_report(p["environment_fact"]),
     }
+    if p["dcgm_diag"] and shutil.which("dcgmi"):
+        text = _output(["dcgmi", "diag", "-r", "1"], timeout=600)
+        node["dcgm_failures"] = dcgm_failures(text) if text else ["dcgmi diag -r 1: no result"]
+        node["diagnostics"]["dcgmi-diag-r1.txt"] = text
     module.exit_json(changed=False, node=node)
 
 

@@ -344,3 +344,12 @@ def test_the_bundle_holds_each_nodes_diagnostics_logs_and_nccl_tests_figures(
     assert "via NET/IB/0" in log
     row = perf.splitlines()[-1].split()
     assert row == ["65536", "16384", "float", "sum", "-1", "120.0", "0.55", "0.82", "N/A"]
+
+
+def test_dcgms_failed_tests_are_read_and_named() -> None:
+    text = (DATA / "dcgmi-diag-r1-pcie-fail.txt").read_text()
+    assert gh.dcgm_failures(text) == ["Page Retirement/Row Remap: Fail - GPU 1"]
+    findings = fab.hardware_findings({"node3": {"dcgm_failures": gh.dcgm_failures(text)}})
+    assert [(f.subject, f.value) for f in findings] == [
+        ("node3", "DCGM's quick diagnostic failed: Page Retirement/Row Remap: Fail - GPU 1")
+    ]
