@@ -18,7 +18,7 @@ SANDBOX_EL9_NODES ?= 0
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg \
   rpm createrepo-c dnf-plugins-core
 
-.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs clean
+.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs bench-growth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -127,6 +127,9 @@ bench-launch: ## On a running sandbox: train.yml's launch overhead against torch
 
 bench-sync: ## On a running sandbox: what keeping output folders in step costs without a shared folder (100 MB, 1 GB)
 	$(BIN)/python sandbox/bench/sync.py
+
+bench-growth: setup data ## Fresh sandboxes of 2 and 4 nodes, one after the other: provision (cold, warm), check, train times, and the staging's bytes
+	$(BIN)/python sandbox/bench/growth.py
 
 bench-pairs: venv ## On this machine: how check.yml's pair measurements grow with the nodes (2, 4, 8 local torchrun agents)
 	$(BIN)/python sandbox/bench/pairs.py
