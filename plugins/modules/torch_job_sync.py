@@ -65,8 +65,9 @@ description:
     changed for I(settle) seconds and that no process holds open to the next I(copies) nodes,
     into a folder of their own on each node first; a file moves into place there only when it
     did not change while it travelled, so a checkpoint being written is never copied
-    half-written. A file that changed is sent again once it has settled, up to I(tries) sends;
-    a node is named in C(holders) only when it has every settled file. Problems are returned.
+    half-written. A file that changed on the way, or was too new to travel, is tried again
+    once it has settled, up to I(tries) looks; a node is named in C(holders) only when it has
+    every file of the master's last listing. Problems are returned.
   - C(phase=spread) (staging, not a job) sends the first node's folder to every other node
     that lacks a file of it, in the same doubling rounds, so that a sender outside the cluster
     (the controller) sends it to one node only. Fails, naming the node, when one cannot be
@@ -93,9 +94,9 @@ options:
   settle:
     description: With C(phase=during), seconds a file must have been left unchanged to travel.
     type: float
-    default: 1
+    default: 0.5
   tries:
-    description: With C(phase=during), how often a file that changes while it travels is sent.
+    description: With C(phase=during), how often a receiver's missing files are looked at.
     type: int
     default: 3
   timeout:
@@ -272,11 +273,12 @@ class Sync:
         return {"rounds": rounds, "holders": have[1:]}
 
     def during(self, copies: int, settle: float, tries: int = 3) -> dict:
-        """While the job runs: the master's files not modified for `settle` seconds, to the
-        next `copies` nodes, through their INCOMING folder. A file that changed while it
-        travelled is dropped there (the receiver keeps its older copy) and sent again once its
-        new version has settled, up to `tries` sends in all. A receiver is a holder when it
-        has every file that was settled at its last send, in the master's version."""
+        """While the job runs: the master's files not modified for `settle` seconds and held
+        open by no process, to the next `copies` nodes, through their INCOMING folder. A file
+        that changed while it travelled is dropped there (the receiver keeps its older copy),
+        and a file written too recently to travel is waited for: both are tried again once
+        they have settled, up to `tries` looks in all. A receiver is a holder only when it
+        has every file of the master's last listing, in that version."""
         names = [self.master, *self.order[1:][:copies]]
         listings = self.list_all(names)
         holders: list[str] = []
@@ -286,36 +288,41 @@ class Sync:
         return {"rounds": 1 if self.transfers else 0, "holders": holders}
 
     def copy_during(self, name: str, listings: dict[str, dict], settle: float, tries: int) -> bool:
-        """Bring one receiver up to date with the master's settled files; whether it is."""
+        """Bring one receiver up to date with the master's files; whether it is."""
         have = dict(listings[name])
         master = listings.get(self.master) or {}
-        dropped: list[str] = []
+        late: list[str] = []
         for attempt in range(tries):
             if attempt:
-                time.sleep(settle)  # the new version settles first
+                time.sleep(settle + 0.1)  # what was too new, or changed, settles first
                 master = self.list_all([self.master]).get(self.master) or {}
-            wanted = settled_files(master, time.time_ns(), settle, open_files(self.folder))
-            paths = sorted(p for p, v in wanted.items() if list(have.get(p) or []) != v)
-            if not paths:
+            differ = sorted(p for p, v in master.items() if list(have.get(p) or []) != list(v))
+            if not differ:
                 return True
-            if not self.transfer(self.master, name, paths, INCOMING):
-                return False
-            now = self.list_all([self.master]).get(self.master) or {}
-            keep = unchanged(wanted, now, paths)
-            done = run(
-                ssh_argv(self.nodes[name], ["python3", "-c", SETTLE_SCRIPT, self.folder]),
-                json.dumps(keep),
+            wanted = settled_files(
+                {p: master[p] for p in differ}, time.time_ns(), settle, open_files(self.folder)
             )
-            if done.returncode != 0:
-                self.problems.append(f"{name}: the copies could not be moved into place")
+            paths = sorted(wanted)
+            if paths and not self.transfer(self.master, name, paths, INCOMING):
                 return False
-            have.update({path: wanted[path] for path in keep})
-            dropped = sorted(set(paths) - set(keep))
-            if not dropped:
+            keep = []
+            if paths:
+                now = self.list_all([self.master]).get(self.master) or {}
+                keep = unchanged(wanted, now, paths)
+                done = run(
+                    ssh_argv(self.nodes[name], ["python3", "-c", SETTLE_SCRIPT, self.folder]),
+                    json.dumps(keep),
+                )
+                if done.returncode != 0:
+                    self.problems.append(f"{name}: the copies could not be moved into place")
+                    return False
+                have.update({path: wanted[path] for path in keep})
+            late = [path for path in differ if path not in keep]
+            if not late:
                 return True
         self.problems.append(
-            f"{name}: {', '.join(dropped)} changed while it travelled, {tries} times; "
-            "its older copy is kept"
+            f"{name}: {', '.join(late)} kept changing (being written, or changed while it "
+            f"travelled) through {tries} looks; its older copy is kept"
         )
         return False
 
@@ -356,7 +363,7 @@ def main() -> None:
             "nodes": {"type": "dict", "required": True},
             "copies": {"type": "int", "default": 1},
             "timeout": {"type": "int", "default": 60},
-            "settle": {"type": "float", "default": 1},
+            "settle": {"type": "float", "default": 0.5},
             "tries": {"type": "int", "default": 3},
         },
         supports_check_mode=False,
