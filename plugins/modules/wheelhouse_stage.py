@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 
@@ -14,14 +15,15 @@ short_description: Checksum a wheelhouse, or take a node's verified copy of what
 description:
   - Staging over the nodes' trust (torch_job_sync phase=spread) lands the wheelhouse in a
     folder of the training user's. Root must not install what that user could have changed
-    (one node's compromised user would reach root on every node), so every file is checked
-    against the controller's checksums while root copies it into its own folder, and pip
-    installs from that copy only.
+    (one node's compromised user would reach root on every node), so every file is moved into
+    root's own folder (no copy: a rename), made root's and read-only to others, refused while
+    any process still holds it open (a writer that opened it before could change it), and
+    checked against the controller's checksums there; pip installs from that folder only.
   - C(state=manifest) (on the controller) returns the SHA-256 of every file of I(src).
-  - C(state=taken) copies every file of I(manifest) from I(src) to I(dest) (root's, mode
-    0755, files 0644), checking each one's SHA-256 on the bytes it copies; a file already in
-    I(dest) with its checksum is left as it is. Fails, naming the files, when one is missing
-    or differs, and leaves no partial file behind.
+  - C(state=taken) moves every file of I(manifest) from I(src) to I(dest) (root's, mode
+    0755, files 0644) and checks it there; across filesystems it copies, checking the bytes
+    it copies. A file already in I(dest) with its checksum is left as it is. Fails, naming the
+    files, when one is missing, differs or is held open, and leaves none of them in I(dest).
 options:
   state:
     description: manifest or taken.
@@ -51,7 +53,7 @@ bytes:
   type: int
   returned: always
 copied:
-  description: (taken) The files copied and checked.
+  description: (taken) The files moved (or copied) and checked.
   type: list
   returned: always
 """
@@ -80,7 +82,7 @@ def manifest(folder: str) -> tuple[dict[str, str], int]:
 
 def copy_checked(source: str, target: str, wanted: str) -> bool:
     """Copy source to target through a temporary file, hashing the bytes copied; keep the
-    copy only when they have the wanted checksum."""
+    copy only when they have the wanted checksum (source on another filesystem)."""
     partial = f"{target}.partial"
     digest = hashlib.sha256()
     with open(source, "rb") as reader, open(partial, "wb") as writer:
@@ -93,6 +95,51 @@ def copy_checked(source: str, target: str, wanted: str) -> bool:
     os.chmod(partial, 0o644)
     os.replace(partial, target)
     return True
+
+
+def held_open(paths: list[str], proc: str = "/proc") -> list[str]:
+    """The paths whose file some process holds open (any of its /proc/<pid>/fd): a writer that
+    opened it before it became root's could still change it."""
+    inodes = {}
+    for path in paths:
+        found = os.stat(path)
+        inodes[(found.st_dev, found.st_ino)] = path
+    held = set()
+    for pid in os.listdir(proc):
+        fds = os.path.join(proc, pid, "fd")
+        try:
+            names = os.listdir(fds) if pid.isdigit() else []
+        except OSError:
+            continue
+        for name in names:
+            try:
+                found = os.stat(os.path.join(fds, name))
+            except OSError:
+                continue
+            key = (found.st_dev, found.st_ino)
+            if key in inodes:
+                held.add(inodes[key])
+    return sorted(held)
+
+
+def move_in(source: str, target: str, wanted: str) -> str:
+    """Make the peers' copy root's without copying it: move it into root's folder, make it
+    root's and read-only to others, then check it (no process may hold it open by then, so
+    nobody else can change it any more). Across filesystems: a checked copy. "" when it is in
+    place, else why not."""
+    try:
+        os.replace(source, target)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        return "" if copy_checked(source, target, wanted) else "checksum differs"
+    os.chown(target, 0, 0)
+    os.chmod(target, 0o644)
+    why = "held open by a process" if held_open([target]) else ""
+    why = why or ("checksum differs" if sha256(target) != wanted else "")
+    if why:
+        os.remove(target)
+    return why
 
 
 def held(folder: str, name: str, digest: str) -> bool:
@@ -110,11 +157,10 @@ def take(module: AnsibleModule, src: str, dest: str, wanted: dict[str, str]) -> 
         source, target = os.path.join(src, name), os.path.join(dest, name)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
         try:
-            ok = copy_checked(source, target, wanted[name])
+            why = move_in(source, target, wanted[name])
         except OSError as error:
-            bad.append(f"{name} ({error.strerror})")
-            continue
-        (copied if ok else bad).append(name if ok else f"{name} (checksum differs)")
+            why = str(error.strerror)
+        (bad if why else copied).append(f"{name} ({why})" if why else name)
     if bad:
         module.fail_json(
             msg=f"The staged wheelhouse in {src} does not match the controller's: "

@@ -77,6 +77,19 @@ def test_a_file_changed_on_the_way_is_refused_and_nothing_partial_is_left(tmp_pa
     assert not list((tmp_path / "root").rglob("*.partial"))
 
 
+def test_a_file_that_a_process_still_holds_open_is_refused(tmp_path: Path) -> None:
+    """A writer that opened the file while it was the training user's could change it after
+    the check: root does not install it."""
+    _wheelhouse(tmp_path / "incoming")
+    wanted = _run({"state": "manifest", "src": str(tmp_path / "incoming")})["manifest"]
+    with open(tmp_path / "incoming" / "nvidia" / "nccl.whl", "ab"):
+        found = _run({"state": "taken", "src": str(tmp_path / "incoming"),
+                      "dest": str(tmp_path / "root"), "manifest": wanted})  # fmt: skip
+    assert found["failed"] is True
+    assert found["bad"] == ["nvidia/nccl.whl (held open by a process)"]
+    assert not (tmp_path / "root" / "nvidia" / "nccl.whl").exists()
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     _wheelhouse(tmp_path / "incoming")
     found = _run({"state": "taken", "src": str(tmp_path / "incoming"),
