@@ -99,6 +99,11 @@ options:
     description: With C(phase=during), how often a receiver's missing files are looked at.
     type: int
     default: 3
+  only:
+    description: With C(phase=spread), the top-level names of the folder that travel; empty for all.
+    type: list
+    elements: str
+    default: []
   timeout:
     description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
     type: int
@@ -200,12 +205,22 @@ class Sync:
                 f"{self.folder}/",
                 f"{self.nodes[receiver]}:{self.folder}/{into}/",
             )
-        elif files is not None:  # a fetch to the master
+        elif files is not None and receiver == self.master:  # a fetch to the master
             argv = rsync(
                 self.timeout,
                 "--files-from=-",
                 f"{self.nodes[sender]}:{self.folder}/",
                 f"{self.folder}/",
+            )
+        elif files is not None:  # some files, from any node that has them
+            argv = on(
+                self.address(sender),
+                rsync(
+                    self.timeout,
+                    "--files-from=-",
+                    f"{self.folder}/",
+                    f"{self.nodes[receiver]}:{self.folder}/",
+                ),
             )
         else:
             source = f"{self.folder}/"
@@ -245,18 +260,26 @@ class Sync:
         gathered = {holder: fetch[holder] for holder, ok in zip(fetch, fetched) if ok}
         return self.send_rounds(listings, after_gathering(listings, self.master, gathered))
 
-    def spread(self) -> dict:
+    def spread(self, only: list[str] | None = None) -> dict:
         """The first node's folder to every other node that lacks a file of it, in rounds
-        that double the nodes that have it (staging: the controller sent it to one node)."""
+        that double the nodes that have it (staging: the controller sent it to one node).
+        `only`: the top-level names of the folder that travel (the rest is each node's own)."""
         listings = self.list_all(self.order)
-        if not listings.get(self.master):
+        wanted = {
+            path: value
+            for path, value in (listings.get(self.master) or {}).items()
+            if not only or path.split("/", 1)[0] in only
+        }
+        if not wanted:
             self.problems.append(f"{self.master}: nothing to send in {self.folder}")
             return {"rounds": 0, "holders": []}
-        return self.send_rounds(listings, listings[self.master])
+        return self.send_rounds(listings, wanted, sorted(wanted) if only else None)
 
-    def send_rounds(self, listings: dict[str, dict], wanted: dict) -> dict:
-        """Send the master's folder to the nodes whose listing lacks a file of `wanted`: in
-        each round, every node that has it sends to one that waits."""
+    def send_rounds(
+        self, listings: dict[str, dict], wanted: dict, paths: list[str] | None = None
+    ) -> dict:
+        """Send the master's folder (or only `paths` of it) to the nodes whose listing lacks a
+        file of `wanted`: in each round, every node that has it sends to one that waits."""
         have = [self.master]
         waiting = [
             name
@@ -266,7 +289,7 @@ class Sync:
         rounds = 0
         while waiting:
             pairs = next_round(have, waiting)
-            sent = self.parallel(pairs)
+            sent = self.parallel([(a, b, paths) if paths else (a, b) for a, b in pairs])
             have += [receiver for (_, receiver), ok in zip(pairs, sent) if ok]
             waiting = waiting[len(pairs) :]
             rounds += 1
@@ -365,6 +388,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 60},
             "settle": {"type": "float", "default": 0.5},
             "tries": {"type": "int", "default": 3},
+            "only": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=False,
     )
@@ -376,7 +400,7 @@ def main() -> None:
     if p["phase"] == "before":
         found = sync.before()
     elif p["phase"] == "spread":
-        found = sync.spread()
+        found = sync.spread(p["only"])
     elif p["phase"] == "during":
         found = sync.during(p["copies"], p["settle"], max(1, p["tries"]))
     else:

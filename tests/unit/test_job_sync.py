@@ -279,3 +279,23 @@ def test_staging_spreads_one_nodes_folder_in_rounds_that_double_the_holders(
     for name in list(nodes)[1:]:
         for path in master.iterdir():
             assert (node1.parent / name / path.name).read_bytes() == path.read_bytes(), name
+
+
+def test_data_spreads_only_the_controllers_names_from_node_to_node(two_folders) -> None:
+    """train_data_src's top-level names travel; what a node prepared itself stays its own."""
+    master, node1 = two_folders
+    (master / "MNIST" / "raw").mkdir(parents=True)
+    (master / "MNIST" / "raw" / "train-images").write_bytes(os.urandom(20_000))
+    (master / "prepared.pt").write_bytes(b"made on the seed by the prepare command")
+    nodes = {"seed": "seed", "node1": "node1", "node2": "node2"}
+    (node1.parent / "node2").mkdir()
+    sync = _sync_module().Sync({"folder": str(master), "nodes": nodes, "timeout": 10})
+    found = sync.spread(["MNIST"])
+    assert sync.problems == []
+    assert found["rounds"] == 2
+    for name in ("node1", "node2"):
+        folder = node1.parent / name
+        copy = folder / "MNIST" / "raw" / "train-images"
+        assert copy.read_bytes() == (master / "MNIST" / "raw" / "train-images").read_bytes()
+        assert not (folder / "prepared.pt").exists()
+        assert not (folder / "snapshot.pt").exists()
