@@ -16,6 +16,7 @@ software (process groups, rounds, barriers), not a network.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -26,6 +27,9 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT / "plugins" / "module_utils"))
+# cluster_health imports its neighbours as the modules find them, under Ansible's names.
+for name in ("check_floors", "shared_storage"):
+    sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)
 from cluster_health import round_robin  # noqa: E402
 
 SCRIPT = PROJECT / "roles" / "check" / "files" / "collectives" / "allreduce_bench.py"
