@@ -24,7 +24,9 @@ try:
         fabric_problems,
         fabric_rate,
         gpu_health_problems,
+        nvlink_error_growth,
         odd_rates,
+        parse_nvlink_errors,
     )
     from ansible.module_utils.net_path import path_problems
 except ImportError:
@@ -38,7 +40,9 @@ except ImportError:
         fabric_problems,
         fabric_rate,
         gpu_health_problems,
+        nvlink_error_growth,
         odd_rates,
+        parse_nvlink_errors,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.net_path import (
         path_problems,
@@ -190,6 +194,33 @@ def pcie_load_findings(readings: Mapping[str, str]) -> list[Finding]:
                         "check the slot's generation in the BIOS, the riser and the GPU's seating",
                     )
                 )
+    return findings
+
+
+def nvlink_error_findings(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, str]
+) -> list[Finding]:
+    """Each NVLink whose error counters grew while the collectives loaded it: the probe's
+    reading from before them (parsed) against the collectives' reading after them (text).
+    Counts since the driver loaded are not judged: an old burst says nothing of the link now."""
+    findings = []
+    for name, text in after.items():
+        grown = nvlink_error_growth(before.get(name) or {}, parse_nvlink_errors(text))
+        links: dict[tuple[str, str], list[str]] = {}
+        for gpu, link, counter, growth, count in grown:
+            links.setdefault((gpu, link), []).append(f"{counter} +{growth} (now {count})")
+        for (gpu, link), counters in links.items():
+            findings.append(
+                Finding(
+                    "gpus",
+                    name,
+                    f"GPU {gpu} NVLink {link} errors grew under the check's load: "
+                    + ", ".join(counters),
+                    "no new NVLink errors",
+                    "drain the node; reset the GPUs (nvidia-smi -r) and run the check again; if "
+                    "they grow again, have the baseboard or the NVLink bridge replaced",
+                )
+            )
     return findings
 
 

@@ -549,8 +549,8 @@ def check_input_problems(inputs: Mapping[str, Any]) -> list[str]:
 def collective_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """The collectives script's report, by node name: the group's sweep, each pair's busbw at
     the largest size, each direction's one-way bandwidth and, where measured, each node's
-    all_reduce over all its ranks, its slowest GPU's host-to-GPU copy and its PCIe reading
-    under load."""
+    all_reduce over all its ranks, its slowest GPU's host-to-GPU copy, its PCIe reading under
+    load and its NVLink error counters after the load (nvidia-smi nvlink -e's text)."""
     pairs, directions = {}, {}
     for key, result in report.get("pairs", {}).items():
         a, b = (names[int(i)] for i in key.split("-"))
@@ -561,7 +561,7 @@ def collective_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[
             directions[f"{b} -> {a}"] = result["backward"]
     by_node = {
         key: {names[int(node)]: value for node, value in (report.get(key) or {}).items()}
-        for key in ("inside_nodes", "h2d", "pcie_under_load")
+        for key in ("inside_nodes", "h2d", "pcie_under_load", "nvlink_errors_after")
     }
     inside = {name: row["busbw"] for name, row in by_node["inside_nodes"].items()}
     return {
@@ -571,6 +571,7 @@ def collective_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[
         "inside_nodes": inside,
         "h2d": by_node["h2d"],
         "pcie_under_load": by_node["pcie_under_load"],
+        "nvlink_errors_after": by_node["nvlink_errors_after"],
     }
 
 

@@ -6,6 +6,8 @@ Parsers of what NVIDIA's tools, the kernel and sysfs print, and the decisions on
   current against the most that the GPU and the host allow) and active clock event
   (throttle) reasons;
 - `nvidia-smi nvlink -s`: each NVLink's state;
+- `nvidia-smi nvlink -e`: each NVLink's error counters (replay, recovery, CRC), read before
+  the collectives and again after them, so that a link whose errors grow under load is named;
 - the kernel log: XID events since boot (gpu_faults.parse_xids);
 - /sys/class/infiniband: each RDMA port's state, rate, link layer and, on Ethernet (RoCE),
   whether it has a RoCE v2 GID.
@@ -117,6 +119,63 @@ def inactive_nvlinks(links: Mapping[str, Mapping[int, str]]) -> dict[str, list[i
         for gpu, states in links.items()
         if any("inactive" in state for state in states.values())
     }
+
+
+_NVLINK_COUNTER = re.compile(r"^\s*Link (\d+): (.*)$")
+# "Replay Errors: 0"; newer drivers: "Tx discards: 0", "Link recovery failed events: 0". A
+# value that is not a whole number ("Effective BER: 1e-15") is not a counter.
+_COUNTER = re.compile(r"([A-Za-z][A-Za-z ]*?)\s*:\s*(\d+)(?![\d.eE])")
+
+
+def parse_nvlink_errors(text: str) -> dict[str, dict[str, dict[str, int]]]:
+    """`nvidia-smi nvlink -e`: GPU index -> link index -> counter -> count since the driver
+    loaded (indices as text, as they come back from JSON)
+    ("Replay Errors", "Recovery Errors", "CRC Errors"; later drivers print more, taken as
+    printed). A counter the driver cannot read ("N/A") is left out."""
+    counters: dict[str, dict[str, dict[str, int]]] = {}
+    current = None
+    for line in text.splitlines():
+        gpu = _NVLINK_GPU.match(line)
+        if gpu:
+            current = gpu.group(1)
+            counters[current] = {}
+            continue
+        link = _NVLINK_COUNTER.match(line)
+        if link and current is not None:
+            found = counters[current].setdefault(link.group(1), {})
+            for name, count in _COUNTER.findall(link.group(2)):
+                found[name.strip()] = int(count)
+    return counters
+
+
+def nvlink_error_growth(
+    before: Mapping[str, Mapping[str, Mapping[str, int]]],
+    after: Mapping[str, Mapping[str, Mapping[str, int]]],
+) -> list[tuple[str, str, str, int, int]]:
+    """(GPU, link, counter, how much it grew, its count after) for each counter that grew
+    between the two readings. A counter that went down was reset in between (nvidia-smi
+    nvlink -r, a driver reload): its count after is the growth."""
+    grown = []
+    for gpu, links in sorted(after.items(), key=lambda item: int(item[0])):
+        for link, names in sorted(links.items(), key=lambda item: int(item[0])):
+            for name, count in names.items():
+                was = (before.get(gpu) or {}).get(link, {}).get(name)
+                if was is None:
+                    continue
+                growth = count - was if count >= was else count
+                if growth > 0:
+                    grown.append((gpu, link, name, growth, count))
+    return grown
+
+
+def nvlink_error_totals(counters: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, int]:
+    """Each counter's sum over every GPU and link of the node (for the report)."""
+    totals: dict[str, int] = {}
+    for links in counters.values():
+        for names in links.values():
+            for name, count in names.items():
+                totals[name] = totals.get(name, 0) + count
+    return totals
 
 
 def _read(path: str) -> str:

@@ -22,6 +22,7 @@ try:
     from ansible.module_utils.gpu_health import (
         dcgm_failures,
         inactive_nvlinks,
+        parse_nvlink_errors,
         parse_nvlink_status,
         parse_smi_xml,
         rdma_ports,
@@ -44,6 +45,7 @@ except ImportError:
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_health import (
         dcgm_failures,
         inactive_nvlinks,
+        parse_nvlink_errors,
         parse_nvlink_status,
         parse_smi_xml,
         rdma_ports,
@@ -130,9 +132,9 @@ RETURN = r"""
 node:
   description: Everything read, one key per fact (torch, cuda, nccl, system_nccl, python,
     torch_gpus, os, kernel, driver, driver_gpus, ecc_uncorrected, remaps_pending,
-    gpu_details, gpu_model, nvlinks_inactive, xids, dcgm_failures, rdma_nics, rdma_ports,
-    diagnostics
-    (C(nvidia-smi -q), C(nvidia-smi topo -m) and C(ibv_devinfo -v) where installed),
+    gpu_details, gpu_model, nvlinks_inactive, nvlink_errors, xids, dcgm_failures, rdma_nics,
+    rdma_ports, diagnostics (C(nvidia-smi -q), C(nvidia-smi topo -m) and C(ibv_devinfo -v)
+    where installed),
     units, processes, port_users, disk_free_gib, disk_path, clock_offsets, torch_error,
     shared_dir, and job_limits with what the transient unit asked for and got, memlock and
     nofile each a number or C(unlimited), or its error).
@@ -218,13 +220,15 @@ def _output(argv: list[str], timeout: int = 60) -> str:
 
 
 def gpu_details(smi: str) -> dict:
-    """Each GPU's model, persistence mode, PCIe link and slowdowns (nvidia-smi -q -x), and
-    the NVLinks that are down (nvidia-smi nvlink -s)."""
+    """Each GPU's model, persistence mode, PCIe link and slowdowns (nvidia-smi -q -x), the
+    NVLinks that are down (nvidia-smi nvlink -s) and the NVLinks' error counters before the
+    collectives (nvidia-smi nvlink -e; the collectives read them again after their load)."""
     gpus = parse_smi_xml(_output([smi, "-q", "-x"]))
     return {
         "gpu_details": gpus,
         "gpu_model": gpus[0]["name"] if gpus else "",
         "nvlinks_inactive": inactive_nvlinks(parse_nvlink_status(_output([smi, "nvlink", "-s"]))),
+        "nvlink_errors": parse_nvlink_errors(_output([smi, "nvlink", "-e"])),
     }
 
 

@@ -17,6 +17,7 @@ try:
         bundle_files,
         floor_findings,
         hardware_findings,
+        nvlink_error_findings,
         path_findings,
         pcie_load_findings,
         write_bundle,
@@ -47,6 +48,7 @@ except ImportError:
         bundle_files,
         floor_findings,
         hardware_findings,
+        nvlink_error_findings,
         path_findings,
         pcie_load_findings,
         write_bundle,
@@ -371,6 +373,10 @@ def main() -> None:
         floors = merged(p["floors"], p["floor_overrides"])
         findings += floor_findings(figures, rows, transports, floors)
         findings += pcie_load_findings(figures.get("pcie_under_load") or {})
+        findings += nvlink_error_findings(
+            {n: (rows[n] or {}).get("nvlink_errors") or {} for n in names},
+            figures.get("nvlink_errors_after") or {},
+        )
     elif p["collectives_note"]:
         findings.append(
             Finding(

@@ -128,6 +128,10 @@ def playbook(name: str, extra: dict) -> list[str]:
 ENV = os.environ | {
     "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
     "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(STATE / "facts"),
+    # The Makefile's, for a bench started without make (podman's ulimits for this machine).
+    "CONTAINERS_CONF": os.environ.get(
+        "CONTAINERS_CONF", str(PROJECT / "sandbox" / "containers.conf")
+    ),
 }
 
 

@@ -168,6 +168,55 @@ def test_xids_since_boot_and_inactive_nvlinks_are_findings() -> None:
     ]  # fmt: skip
 
 
+def test_nvlink_error_counters_are_read_per_gpu_and_link() -> None:
+    counters = gh.parse_nvlink_errors((DATA / "nvlink-e-h100x2-before.txt").read_text())
+    assert sorted(counters) == ["0", "1"]
+    assert len(counters["0"]) == 18
+    assert counters["1"]["5"] == {"Replay Errors": 2, "Recovery Errors": 0, "CRC Errors": 40}
+    assert gh.nvlink_error_totals(counters) == {
+        "Replay Errors": 2,
+        "Recovery Errors": 0,
+        "CRC Errors": 40,
+    }
+
+
+def test_a_newer_drivers_counters_are_read_and_its_bit_error_rates_are_not_counters() -> None:
+    counters = gh.parse_nvlink_errors((DATA / "nvlink-e-b200-newer-driver.txt").read_text())
+    link = counters["0"]["1"]
+    assert link["Link recovery failed events"] == 1
+    assert link["Tx discards"] == 0
+    assert "Effective BER" not in link
+    assert "Symbol BER" not in link
+    assert len(link) == 12
+
+
+def test_only_nvlink_errors_that_grow_under_the_checks_load_are_findings() -> None:
+    before = gh.parse_nvlink_errors((DATA / "nvlink-e-h100x2-before.txt").read_text())
+    after = (DATA / "nvlink-e-h100x2-after.txt").read_text()
+    # An old burst (40 CRC errors since the driver loaded) alone is not a finding.
+    assert (
+        fab.nvlink_error_findings(
+            {"node0": before}, {"node0": (DATA / "nvlink-e-h100x2-before.txt").read_text()}
+        )
+        == []
+    )
+    found = fab.nvlink_error_findings({"node0": before, "node1": before}, {"node0": after})
+    assert [(f.check, f.subject, f.value) for f in found] == [
+        (
+            "gpus",
+            "node0",
+            "GPU 1 NVLink 5 errors grew under the check's load: Replay Errors +3 (now 5), "
+            "CRC Errors +12 (now 52)",
+        )
+    ]
+    # Counters reset between the readings (nvidia-smi nvlink -r): what they hold now grew.
+    assert gh.nvlink_error_growth(
+        {"0": {"0": {"CRC Errors": 9}}}, {"0": {"0": {"CRC Errors": 4}}}
+    ) == [("0", "0", "CRC Errors", 4, 4)]
+    # No reading before (nvidia-smi nvlink -e failed then): nothing to compare with.
+    assert fab.nvlink_error_findings({}, {"node0": after}) == []
+
+
 # --- floors ----------------------------------------------------------------------------------
 def test_the_table_of_floors_is_well_formed_and_every_row_names_its_source() -> None:
     assert cf.floor_problems(TABLE, "floors.yml") == []

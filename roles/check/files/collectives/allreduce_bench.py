@@ -17,7 +17,9 @@ collectives.json (rank 0) in the current folder:
 - with more than one rank per node, all_reduce over all the ranks (GPUs) of each node at
   once, at the largest size: NVLink or PCIe inside the node;
 - on GPUs, each GPU's host-to-GPU copy bandwidth (pinned memory), and each node's PCIe links
-  as nvidia-smi reads them during that copy (an idle GPU lowers its link's generation).
+  as nvidia-smi reads them during that copy (an idle GPU lowers its link's generation);
+- on GPUs, each node's NVLink error counters (`nvidia-smi nvlink -e`) once the load is over:
+  the health check compares them with its reading from before the collectives.
 """
 
 from __future__ import annotations
@@ -228,6 +230,11 @@ def host_to_gpu(device: torch.device, local_rank_zero: bool) -> dict[str, object
     if reading is not None:
         out, _ = reading.communicate()
         found["pcie"] = out if reading.returncode == 0 else ""
+        # After the node's all_reduce (NVLink's load) and the copies.
+        counters = subprocess.run(
+            ["nvidia-smi", "nvlink", "-e"], capture_output=True, text=True, check=False
+        )
+        found["nvlink_errors"] = counters.stdout if counters.returncode == 0 else ""
     return found
 
 
@@ -245,8 +252,9 @@ def merge(parts: list[dict]) -> dict:
 
 def node_figures(found: list) -> dict:
     """Each node's figures, by node rank: its all_reduce over all its ranks, its slowest
-    GPU's host-to-GPU copy, and its PCIe readings under load."""
-    inside, h2d, pcie = {}, {}, {}
+    GPU's host-to-GPU copy, its PCIe readings under load and its NVLink error counters after
+    the load."""
+    inside, h2d, pcie, nvlink = {}, {}, {}, {}
     for node, sweep_row, copy in found:
         if sweep_row:
             inside.update({str(k): v for k, v in sweep_row.items()})
@@ -254,7 +262,14 @@ def node_figures(found: list) -> dict:
             h2d[str(node)] = min(h2d.get(str(node), math.inf), copy["h2d"])
         if copy.get("pcie"):
             pcie[str(node)] = copy["pcie"]
-    return {"inside_nodes": inside, "h2d": h2d, "pcie_under_load": pcie}
+        if copy.get("nvlink_errors"):
+            nvlink[str(node)] = copy["nvlink_errors"]
+    return {
+        "inside_nodes": inside,
+        "h2d": h2d,
+        "pcie_under_load": pcie,
+        "nvlink_errors_after": nvlink,
+    }
 
 
 def show(report: dict) -> None:
