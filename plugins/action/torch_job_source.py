@@ -59,6 +59,7 @@ class ActionModule(ActionBase):
         result.update(
             changed=False,
             code_digest=torch_job.tree_digest(code_dir),
+            code_bytes=torch_job.tree_size(code_dir),
             data_names=data_names,
             data_digest=torch_job.subtrees_digest(data_src, data_names) if data_src else "",
             # NCCL's flight recorder on every job, dumping into that folder on each node.

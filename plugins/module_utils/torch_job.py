@@ -623,6 +623,16 @@ def tree_digest(root: str, skip: Sequence[str] = ("__pycache__",), content: bool
     return digest.hexdigest()
 
 
+def tree_size(root: str, skip: Sequence[str] = ("__pycache__",)) -> int:
+    """The bytes of a folder's files, those under a folder named in `skip` left out (as
+    tree_digest counts them); 0 when root is no folder."""
+    total = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [name for name in dirs if name not in skip]
+        total += sum(os.path.getsize(os.path.join(folder, name)) for name in names)
+    return total
+
+
 def _file_sha256(path: str) -> bytes:
     content = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -674,6 +684,7 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
         "train_min_nodes",
         "train_stall_timeout",
         "train_output_copy_interval",
+        "train_code_spread_mb",
     )
     for name in numbers:
         if name not in inputs:

@@ -39,6 +39,10 @@ code_digest:
   description: sha256 over the code's paths and contents (__pycache__ left out).
   type: str
   returned: success
+code_bytes:
+  description: The code's size in bytes (__pycache__ left out), which decides whether it spreads.
+  type: int
+  returned: success
 data_names:
   description: The entries of I(data_src).
   type: list

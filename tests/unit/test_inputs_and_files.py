@@ -26,12 +26,14 @@ GOOD = {
     "train_result_files": ["metrics.json", "*.pt", "logs/**"],
     "train_output_copies": "1",
     "train_shared_dir": "auto",
+    "train_code_spread_mb": "32",
 }
 BAD = {
     "job_id": ("bad id!", "job_id must be 1 to 64 letters"),
     "nproc": ("0", "nproc must be a positive integer or auto (got '0')"),
     "train_timeout": ("-5", "train_timeout must be a whole number, 0 or more (got '-5')"),
     "train_max_restarts": ("two", "train_max_restarts must be a whole number"),
+    "train_code_spread_mb": ("-1", "train_code_spread_mb must be a whole number, 0 or more"),
     "train_watch_interval": ("0", "train_watch_interval must be a whole number of seconds"),
     "train_progress_regex": ("step=(", "train_progress_regex is not a regular expression"),
     "train_follow_max_lines": ("0", "train_follow_max_lines must be a whole number of lines"),
@@ -152,6 +154,14 @@ def test_the_code_digest_follows_paths_and_contents_not_caches(tmp_path: Path) -
     (tmp_path / "b" / "pkg" / "util.py").write_text("x = 2\n")
     assert tj.tree_digest(str(tmp_path / "b")) != digest
     assert tj.tree_digest(str(tmp_path / "missing")) == ""
+
+
+def test_the_code_size_counts_what_the_digest_counts(tmp_path: Path) -> None:
+    make_tree(tmp_path / "a")
+    assert tj.tree_size(str(tmp_path / "a")) == len("print(1)\n") + len("x = 1\n")
+    (tmp_path / "a" / "big.bin").write_bytes(b"\0" * 5000)
+    assert tj.tree_size(str(tmp_path / "a")) == 5000 + 15
+    assert tj.tree_size(str(tmp_path / "missing")) == 0
 
 
 def test_the_data_digest_covers_only_the_controllers_entries(tmp_path: Path) -> None:

@@ -6,18 +6,26 @@ with gloo on the CPU, under a job id of its own, and collects into a folder of i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
+import shutil
 import time
 from pathlib import Path
 
 import yaml
-from launcher import LONG_JOB, Job, Playbook, attempts, job_vars, metrics
-from sandbox_nodes import Node
+from launcher import DATA, LONG_JOB, Job, Playbook, attempts, job_vars, metrics
+from sandbox_nodes import PROJECT_DIR, Node
 
 # Fault injection: the playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
+# "Code (2.2 MB) staged on 3 nodes: the controller sent 2.2 MB to node0; the nodes sent 4.4 MB
+# to each other in 2 round(s)." (and the same for the data)
+STAGED = re.compile(
+    r"(Code|Data) (?:\(([\d.]+) MB\) )?staged on (\d+) nodes: the controller sent ([\d.]+) MB to "
+    r"(\S+); the nodes sent ([\d.]+) MB to each other in (\d+) round"
+)
 
 
 def test_two_nodes_with_nproc_2_train_as_world_size_4(
@@ -59,6 +67,44 @@ def test_heterogeneous_nodes_train_as_world_size_3_and_node0s_checkpoint_is_copi
     assert saved.exists
     assert copy.exists
     assert saved.sha256sum == copy.sha256sum
+
+
+def test_code_and_data_new_to_the_nodes_leave_the_controller_once_and_go_on_node_to_node(
+    playbook: Playbook, job: Job, members: list[Node], tmp_path: Path
+) -> None:
+    # A version of the code and an entry of the data that no node has: 2 MiB of noise each.
+    code, data = tmp_path / "code", tmp_path / "data"
+    shutil.copytree(PROJECT_DIR / "train", code, ignore=shutil.ignore_patterns("__pycache__"))
+    (code / "noise.bin").write_bytes(secrets.token_bytes(2 * 2**20))
+    shutil.copytree(DATA, data)
+    (data / f"noise-{job.job_id}.bin").write_bytes(secrets.token_bytes(2 * 2**20))
+    extra = job_vars(
+        job, "--epochs", "1", train_code_dir=str(code), train_data_src=str(data),
+        train_code_spread_mb=0,
+    )  # fmt: skip
+    outcome = playbook.run("train.yml", extra)
+    assert outcome.rc == 0, outcome.output
+    staged = {m[0]: m for m in STAGED.findall(" ".join(outcome.output.split()))}
+    assert set(staged) == {"Code", "Data"}, outcome.output
+    rounds = (len(members) - 1).bit_length()  # the nodes that have it double each round
+    for what, (_, _, nodes, sent, first, spread, made) in staged.items():
+        assert int(nodes) == len(members)
+        assert first == members[0].name
+        # rsync's own count: one copy of the 2 MiB leaves the controller (the rest of the
+        # data is on the nodes already), and the nodes send one to each of the others.
+        assert 2.0 < float(sent) < 2.6, (what, sent)
+        assert 2.0 * (len(members) - 1) < float(spread) < 2.6 * (len(members) - 1), (what, spread)
+        assert int(made) == rounds
+    # Every node runs the code as root gave it back: root's, and whole (torch_job_unit checks
+    # its digest before the start, or the job would have failed).
+    noise = hashlib.sha256((code / "noise.bin").read_bytes()).hexdigest()
+    for node in members:
+        sums = node.host.run("sha256sum /var/lib/torch-cluster/code/*/noise.bin").stdout
+        folders = [line.split()[1].rsplit("/", 1)[0] for line in sums.splitlines() if noise in line]
+        assert len(folders) == 1, (node, sums)
+        owners = node.host.run(f"find {folders[0]} ! -user root -print").stdout
+        assert owners == "", (node, owners)
+    assert metrics(playbook, job)["world_size"] == len(members)
 
 
 def test_killing_a_nodes_workers_fails_the_playbook_and_stops_the_job_everywhere(
