@@ -127,6 +127,15 @@ def mount_point_problem(
     return ""
 
 
+def missing_mount(path: str, fstab_text: str, mountinfo_text: str) -> bool:
+    """Whether /etc/fstab mounts path and nothing is mounted there now (a boot-time mount that
+    failed: systemd does not try it again by itself)."""
+    if not path or not fstab_entry(path, fstab_text):
+        return False
+    mount = mount_of(path, parse_mountinfo(mountinfo_text))
+    return os.path.normpath(mount.get("mount_point", "/")) != os.path.normpath(path)
+
+
 def resolve_shared_dir(given: str, fact: str) -> str:
     """The shared folder a job or a check uses: `given` (train_shared_dir, check_shared_dir),
     where "auto" is the path in the shared_storage role's local fact on this node (none when

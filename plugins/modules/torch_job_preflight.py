@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -13,7 +14,7 @@ from ansible.module_utils.basic import AnsibleModule
 # torch_cluster.cluster collection.
 try:
     from ansible.module_utils.cluster_net import address_problem, own_addresses
-    from ansible.module_utils.shared_storage import resolve_shared_dir
+    from ansible.module_utils.shared_storage import missing_mount, resolve_shared_dir
     from ansible.module_utils.torch_job import (
         NPROC,
         RUNNING,
@@ -30,6 +31,7 @@ except ImportError:
         own_addresses,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
+        missing_mount,
         resolve_shared_dir,
     )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
@@ -48,10 +50,11 @@ except ImportError:
 
 DOCUMENTATION = r"""
 module: torch_job_preflight
-short_description: Check, read-only, that a node can take its part of a torchrun job
+short_description: Check that a node can take its part of a torchrun job
 description:
   - One round trip per node for every check the launch needs, each failure named with what to
-    do about it; nothing on the node changes.
+    do about it. Nothing on the node changes, but for one repair: the shared_storage role's
+    mount, listed in /etc/fstab but not mounted (its mount at boot failed), is mounted again.
   - The node's address is one of its own (read now, never from a fact cache); the node is
     provisioned (its torchrun exists); I(nproc) is a positive integer or auto, and
     not more than the node's GPUs; no unit of the job runs; on the master, the rendezvous port
@@ -138,6 +141,16 @@ options:
     description: The shared_storage role's local fact (JSON), which names its mount.
     type: path
     default: /etc/ansible/facts.d/shared_storage.fact
+  fstab:
+    description:
+      - The node's fstab. With I(shared_dir=auto), the shared_storage role's mount that it lists
+        and that is not mounted (its mount at boot failed) is mounted again, with a warning.
+    type: path
+    default: /etc/fstab
+  mountinfo:
+    description: The node's mount table.
+    type: path
+    default: /proc/self/mountinfo
 """
 
 RETURN = r"""
@@ -168,6 +181,10 @@ data_current:
 shared_dir:
   description: The job's shared folder on this node, resolved (empty for none).
   type: str
+  returned: success
+remounted:
+  description: Whether the shared_storage role's mount was missing and was mounted again.
+  type: bool
   returned: success
 """
 
@@ -268,6 +285,45 @@ def shared_folder(node: str, given: str, fact: str) -> tuple[str, list[str]]:
     ]
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def mount_again(
+    module: AnsibleModule, node: str, path: str, fstab: str, mountinfo: str
+) -> tuple[bool, list[str]]:
+    """The shared_storage role's mount, when /etc/fstab has it and it is not mounted (a mount
+    that failed at boot, such as sshfs refused while the node had another address): mounted
+    again from fstab. Whether it was, and why it could not be."""
+    if not missing_mount(path, _read(fstab), _read(mountinfo)):
+        return False, []
+    if module.check_mode:
+        module.warn(f"{node}: the shared folder {path} is not mounted; a run would mount it again")
+        return False, []
+    try:
+        done = subprocess.run(
+            ["mount", path], capture_output=True, text=True, timeout=60, check=False
+        )
+        error = done.stderr.strip() if done.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as failure:
+        error = str(failure)
+    if error or missing_mount(path, _read(fstab), _read(mountinfo)):
+        return False, [
+            f"{node}: the shared folder {path} is not mounted, and mounting it again from "
+            f"/etc/fstab failed ({error or 'nothing mounted'}); a node that came back on another "
+            "address is refused by the others: see Troubleshooting"
+        ]
+    module.warn(
+        f"{node}: the shared folder {path} was not mounted (its mount at boot failed); it is "
+        "mounted again from /etc/fstab"
+    )
+    return True, []
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -292,6 +348,8 @@ def main() -> None:
                 "default": "/etc/ansible/facts.d/shared_storage.fact",
             },
             "writable": {"type": "list", "elements": "path", "default": []},
+            "fstab": {"type": "path", "default": "/etc/fstab"},
+            "mountinfo": {"type": "path", "default": "/proc/self/mountinfo"},
         },
         supports_check_mode=True,
     )
@@ -302,6 +360,12 @@ def main() -> None:
     given = str(p["nproc"])
     nproc = 0 if not NPROC.match(given) else (gpus or 1) if given == "auto" else int(given)
     interface, wrong_address = address_problem(node, p["address"], own_addresses())
+    remounted, remount_problems = (
+        mount_again(module, node, resolve_shared_dir("auto", p["shared_fact"]), p["fstab"],
+                    p["mountinfo"])
+        if p["shared_dir"] == "auto"
+        else (False, [])
+    )  # fmt: skip
     shared_dir, shared_problems = shared_folder(node, p["shared_dir"], p["shared_fact"])
     problems = [
         *([wrong_address] if wrong_address else []),
@@ -310,6 +374,7 @@ def main() -> None:
         *unit_problems(module, node, p["unit"], p["job_id"]),
         *port_problems(node, p["port"]),
         *user_problems(node, p["user"], p["peers"]),
+        *remount_problems,
         *shared_problems,
         *[
             f"{node}: {path} (train_writable_paths) is not a folder here; a confined job "
@@ -321,7 +386,8 @@ def main() -> None:
     if problems:
         module.fail_json(msg="; ".join(problems) + ".", problems=problems)
     module.exit_json(
-        changed=False,
+        changed=remounted,
+        remounted=remounted,
         interface=interface,
         torchrun=torchrun,
         nproc=nproc,

@@ -12,8 +12,9 @@ For each size: the sandbox is removed and started again with that many fresh nod
 2. provision.yml again, warm (nothing to change);
 3. check.yml, collectives included;
 4. train.yml: a 2-epoch job of the example trainer, one process a node.
-Each provisioned node takes about 5.6 GB of disk (the CUDA build of torch): the sizes that
-fit are the disk's free space over that. The sandbox is left up with the last size.
+Each provisioned node takes about 8.5 GB of disk (the CUDA build of torch, 5.6 GB, and the
+2.9 GB wheelhouse it keeps for the next run and for its peers): the sizes that fit are the
+disk's free space over that. The sandbox is left up with the last size.
 """
 
 from __future__ import annotations

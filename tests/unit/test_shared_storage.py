@@ -3,10 +3,14 @@ sandbox's nodes wrote it, mount point refusals, the server in a source, the proo
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
 import shared_storage as ss
+import torch_job_node
 
 MOUNTS = Path(__file__).parent / "data" / "mounts"
 SSHFS_SOURCE = "root@10.89.0.2:/srv/torch-cluster/shared"
@@ -213,4 +217,123 @@ def test_a_file_the_others_cannot_read_back_is_named() -> None:
     reads = {name: saw("node0", "node1") for name in NODES}
     assert ss.proof_problems(NODES, "/shared", writes, reads) == [
         {"node": "node2", "problem": "its file in /shared was not seen by the other nodes"}
+    ]
+
+
+# --- A mount that failed at boot, mounted again by the launcher's preflight ---------------------
+def test_a_mount_in_fstab_that_is_not_mounted_is_missing() -> None:
+    fstab = (MOUNTS / "fstab-sshfs-client").read_text()
+    mounted = (MOUNTS / "mountinfo-sshfs-client").read_text()
+    gone = "\n".join(line for line in mounted.splitlines() if " /shared " not in line)
+    assert not ss.missing_mount("/shared", fstab, mounted)
+    assert ss.missing_mount("/shared", fstab, gone)
+    assert not ss.missing_mount("/other", fstab, gone)  # not ours to mount
+    assert not ss.missing_mount("", fstab, gone)
+
+
+def _preflight_module():
+    """plugins/modules/torch_job_preflight.py, with the module_utils it imports under Ansible's
+    names."""
+    sys.modules.setdefault("ansible.module_utils.torch_job_node", torch_job_node)
+    path = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "torch_job_preflight.py"
+    spec = importlib.util.spec_from_file_location("torch_job_preflight", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Module:
+    """What mount_again asks of AnsibleModule: check mode, and warnings."""
+
+    def __init__(self, check_mode: bool = False) -> None:
+        self.check_mode = check_mode
+        self.warnings: list[str] = []
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+
+def _fake_mount(tmp_path: Path, mountinfo: Path, works: bool) -> Path:
+    """A `mount` first on PATH that adds the sshfs line to the mount table (or fails as a
+    refused key does), and logs its arguments."""
+    line = next(
+        line
+        for line in (MOUNTS / "mountinfo-sshfs-client").read_text().splitlines()
+        if " /shared " in line
+    )
+    log = tmp_path / "mount.log"
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "mount"
+    body = (
+        f"echo '{line}' >> {mountinfo}"
+        if works
+        else "echo 'read: Connection reset by peer' >&2; exit 1"
+    )
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{body}\n')
+    script.chmod(0o755)
+    return log
+
+
+@pytest.fixture
+def unmounted_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A mount table without the sshfs mount that fstab lists; PATH finds tmp_path/bin first."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "\n".join(
+            line
+            for line in (MOUNTS / "mountinfo-sshfs-client").read_text().splitlines()
+            if " /shared " not in line
+        )
+        + "\n"
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    return mountinfo
+
+
+FSTAB = str(MOUNTS / "fstab-sshfs-client")
+
+
+def test_the_preflight_mounts_a_missing_shared_mount_again(
+    tmp_path: Path, unmounted_node: Path
+) -> None:
+    preflight, module = _preflight_module(), _Module()
+    log = _fake_mount(tmp_path, unmounted_node, works=True)
+    found = preflight.mount_again(module, "node1", "/shared", FSTAB, str(unmounted_node))
+    assert found == (True, [])
+    assert log.read_text() == "/shared\n"
+    assert module.warnings == [
+        "node1: the shared folder /shared was not mounted (its mount at boot failed); it is "
+        "mounted again from /etc/fstab"
+    ]
+    # Mounted now: nothing to do the next time.
+    assert preflight.mount_again(module, "node1", "/shared", FSTAB, str(unmounted_node)) == (
+        False,
+        [],
+    )
+    assert log.read_text() == "/shared\n"
+
+
+def test_a_shared_mount_that_cannot_come_back_fails_the_preflight_with_the_reason(
+    tmp_path: Path, unmounted_node: Path
+) -> None:
+    _fake_mount(tmp_path, unmounted_node, works=False)
+    mounted, problems = _preflight_module().mount_again(
+        _Module(), "node1", "/shared", FSTAB, str(unmounted_node)
+    )
+    assert not mounted
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "node1: the shared folder /shared is not mounted, and mounting it again from /etc/fstab "
+        "failed (read: Connection reset by peer)"
+    )
+
+
+def test_check_mode_mounts_nothing_and_says_it_would(tmp_path: Path, unmounted_node: Path) -> None:
+    log = _fake_mount(tmp_path, unmounted_node, works=True)
+    module = _Module(check_mode=True)
+    found = _preflight_module().mount_again(module, "node1", "/shared", FSTAB, str(unmounted_node))
+    assert found == (False, [])
+    assert not log.exists()
+    assert module.warnings == [
+        "node1: the shared folder /shared is not mounted; a run would mount it again"
     ]

@@ -129,7 +129,8 @@ def unmounted(members: list[Node]) -> Iterator[Node]:
     try:
         yield node
     finally:
-        node.host.run_expect([0], f"mount {SHARED_DIR}")
+        # Mounted again here unless the test's launch did it.
+        node.host.run_expect([0], f"findmnt -n {SHARED_DIR} || mount {SHARED_DIR}")
         assert node.host.check_output(f"findmnt -n -o FSTYPE {SHARED_DIR}") == "fuse.sshfs"
 
 
@@ -148,6 +149,22 @@ def test_check_names_a_node_whose_mount_is_missing(
     assert [f["subject"] for f in report["failures"]] == [unmounted.name]
     # The proof leaves nothing in the folder the mount goes back on.
     assert unmounted.host.check_output(f"ls -A {SHARED_DIR}") == ""
+
+
+def test_a_launch_mounts_again_a_shared_folder_whose_mount_failed_at_boot(
+    playbook: Playbook, job: Job, members: list[Node], unmounted: Node
+) -> None:
+    outcome = playbook.run("train.yml", job_vars(job, "--epochs", "1"))
+    assert outcome.rc == 0, outcome.output
+    said = " ".join(outcome.output.split())
+    assert (
+        f"{unmounted.name}: the shared folder {SHARED_DIR} was not mounted (its mount at boot "
+        "failed); it is mounted again from /etc/fstab"
+    ) in said
+    assert unmounted.host.check_output(f"findmnt -n -o FSTYPE {SHARED_DIR}") == "fuse.sshfs"
+    # The job ran on the shared folder: every node sees its output there.
+    for node in members:
+        assert node.host.file(f"{job.output}/metrics.json").exists
 
 
 def test_a_job_does_not_start_on_a_folder_that_is_not_shared(
