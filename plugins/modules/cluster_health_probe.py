@@ -10,7 +10,6 @@ import pwd
 import shlex
 import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
@@ -18,6 +17,7 @@ from ansible.module_utils.basic import AnsibleModule
 # From the repository (ansible.cfg's module_utils path), else from the installed
 # torch_cluster.cluster collection.
 try:
+    from ansible.module_utils.cluster_net import CLOCK_ECHO, clock_offset
     from ansible.module_utils.gpu_faults import APPLICATION_XIDS, parse_xids
     from ansible.module_utils.gpu_health import (
         dcgm_failures,
@@ -38,6 +38,10 @@ try:
         unit_limits,
     )
 except ImportError:
+    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
+        CLOCK_ECHO,
+        clock_offset,
+    )
     from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_faults import (
         APPLICATION_XIDS,
         parse_xids,
@@ -278,20 +282,7 @@ def clock_offsets(peers: dict[str, str], user: str) -> dict[str, float | None]:
     prefix = [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]
 
     def measure(name: str) -> float | None:
-        argv = [
-            *prefix,
-            *ssh_argv(peers[name], ["python3", "-c", "import time; print(time.time())"]),
-        ]
-        before = time.time()
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-        except subprocess.TimeoutExpired:
-            return None
-        after = time.time()
-        try:
-            return float(done.stdout.strip()) - (before + after) / 2
-        except ValueError:
-            return None
+        return clock_offset([*prefix, *ssh_argv(peers[name], ["python3", "-c", CLOCK_ECHO])])
 
     if not peers:
         return {}
