@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 # Clock event reasons that mean the GPU is slowed down by a fault or by its cooling, not by
@@ -92,20 +92,29 @@ _NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: [^)]*\))?\s*$")
 _NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*)$")
 
 
-def parse_nvlink_status(text: str) -> dict[str, dict[int, str]]:
-    """`nvidia-smi nvlink -s`: GPU index -> link -> its speed ("26.562 GB/s") or
-    "<inactive>"."""
-    links: dict[str, dict[int, str]] = {}
+def _nvlink_blocks(text: str) -> Iterator[tuple[str, str | None, str | None]]:
+    """What `nvidia-smi nvlink` prints, GPU by GPU: (GPU index, None, None) at each GPU's
+    header, then (GPU index, link index, the rest of the line) for each of its link lines."""
     current = None
     for line in text.splitlines():
         gpu = _NVLINK_GPU.match(line)
         if gpu:
             current = gpu.group(1)
-            links[current] = {}
+            yield current, None, None
             continue
         link = _NVLINK_LINK.match(line)
         if link and current is not None:
-            links[current][int(link.group(1))] = link.group(2).strip()
+            yield current, link.group(1), link.group(2)
+
+
+def parse_nvlink_status(text: str) -> dict[str, dict[int, str]]:
+    """`nvidia-smi nvlink -s`: GPU index -> link -> its speed ("26.562 GB/s") or
+    "<inactive>"."""
+    links: dict[str, dict[int, str]] = {}
+    for gpu, link, rest in _nvlink_blocks(text):
+        states = links.setdefault(gpu, {})
+        if link is not None:
+            states[int(link)] = rest.strip()
     return links
 
 
@@ -121,7 +130,6 @@ def inactive_nvlinks(links: Mapping[str, Mapping[int, str]]) -> dict[str, list[i
     }
 
 
-_NVLINK_COUNTER = re.compile(r"^\s*Link (\d+): (.*)$")
 # "Replay Errors: 0"; newer drivers: "Tx discards: 0", "Link recovery failed events: 0". A
 # value that is not a whole number ("Effective BER: 1e-15") is not a counter.
 _COUNTER = re.compile(r"([A-Za-z][A-Za-z ]*?)\s*:\s*(\d+)(?![\d.eE])")
@@ -133,17 +141,11 @@ def parse_nvlink_errors(text: str) -> dict[str, dict[str, dict[str, int]]]:
     ("Replay Errors", "Recovery Errors", "CRC Errors"; later drivers print more, taken as
     printed). A counter the driver cannot read ("N/A") is left out."""
     counters: dict[str, dict[str, dict[str, int]]] = {}
-    current = None
-    for line in text.splitlines():
-        gpu = _NVLINK_GPU.match(line)
-        if gpu:
-            current = gpu.group(1)
-            counters[current] = {}
-            continue
-        link = _NVLINK_COUNTER.match(line)
-        if link and current is not None:
-            found = counters[current].setdefault(link.group(1), {})
-            for name, count in _COUNTER.findall(link.group(2)):
+    for gpu, link, rest in _nvlink_blocks(text):
+        links = counters.setdefault(gpu, {})
+        if link is not None:
+            found = links.setdefault(link, {})
+            for name, count in _COUNTER.findall(rest):
                 found[name.strip()] = int(count)
     return counters
 
@@ -166,16 +168,6 @@ def nvlink_error_growth(
                 if growth > 0:
                     grown.append((gpu, link, name, growth, count))
     return grown
-
-
-def nvlink_error_totals(counters: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, int]:
-    """Each counter's sum over every GPU and link of the node (for the report)."""
-    totals: dict[str, int] = {}
-    for links in counters.values():
-        for names in links.values():
-            for name, count in names.items():
-                totals[name] = totals.get(name, 0) + count
-    return totals
 
 
 def _read(path: str) -> str:

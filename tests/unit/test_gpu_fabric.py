@@ -173,11 +173,14 @@ def test_nvlink_error_counters_are_read_per_gpu_and_link() -> None:
     assert sorted(counters) == ["0", "1"]
     assert len(counters["0"]) == 18
     assert counters["1"]["5"] == {"Replay Errors": 2, "Recovery Errors": 0, "CRC Errors": 40}
-    assert gh.nvlink_error_totals(counters) == {
-        "Replay Errors": 2,
-        "Recovery Errors": 0,
-        "CRC Errors": 40,
-    }
+    # Every other link of both GPUs counts nothing.
+    assert all(
+        count == 0
+        for gpu, links in counters.items()
+        for link, names in links.items()
+        if (gpu, link) != ("1", "5")
+        for count in names.values()
+    )
 
 
 def test_a_newer_drivers_counters_are_read_and_its_bit_error_rates_are_not_counters() -> None:
