@@ -108,6 +108,13 @@ options:
     description: rsync's I/O timeout in seconds (a transfer that stalls this long fails).
     type: int
     default: 60
+  seeded:
+    description:
+      - With C(phase=spread), what C(rsync --stats) printed for the copy that brought the folder
+        to the first node (the controller's, through ansible.posix.synchronize); its bytes sent
+        are returned as C(seed_bytes), read as every transfer's are.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -129,6 +136,10 @@ transfers:
   returned: always
 rounds:
   description: (before) How many rounds the sending took.
+  type: int
+  returned: always
+seed_bytes:
+  description: (spread) The bytes that the copy to the first node sent (from I(seeded)).
   type: int
   returned: always
 holders:
@@ -389,6 +400,7 @@ def main() -> None:
             "settle": {"type": "float", "default": 0.5},
             "tries": {"type": "int", "default": 3},
             "only": {"type": "list", "elements": "str", "default": []},
+            "seeded": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )
@@ -412,6 +424,7 @@ def main() -> None:
         "files": sum(t["files"] for t in sync.transfers),
         "transfers": sync.transfers,
         "problems": sync.problems,
+        "seed_bytes": rsync_stats(p["seeded"])["sent"],
         **found,
     }
     if p["phase"] in ("before", "spread") and sync.problems:
