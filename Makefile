@@ -18,18 +18,28 @@ SANDBOX_EL9_NODES ?= 0
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg \
   rpm createrepo-c dnf-plugins-core
 
-.PHONY: help setup apt venv wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs bench-growth clean
+.PHONY: help setup apt venv collection-path wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs bench-growth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: apt venv wheelhouse ## Install everything a fresh Debian machine needs (apt packages, .venv, node wheelhouse)
+setup: apt venv collection-path wheelhouse ## Install everything a fresh Debian machine needs (apt packages, .venv, the collection path, node wheelhouse)
 
 apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
 
 venv: $(BIN)/.installed
+
+# This repository is the collection torch_cluster.cluster, found through ansible.cfg's
+# collections_path (and pytest's pythonpath) at .cache/collections: everything imports
+# its module_utils as ansible_collections.torch_cluster.cluster.plugins.module_utils.<package>.
+COLLECTION_LINK := .cache/collections/ansible_collections/torch_cluster/cluster
+collection-path: $(COLLECTION_LINK) ## Link this repository into .cache/collections as torch_cluster.cluster (no venv needed)
+
+$(COLLECTION_LINK):
+	mkdir -p $(@D)
+	ln -sfn ../../../.. $@
 
 $(BIN)/.installed: requirements-dev.txt requirements-train.txt
 	$(PYTHON) -m venv $(VENV)
@@ -81,7 +91,7 @@ demo: sandbox-up ## The sandbox (brought up when it is not) and a short job on i
 sandbox-down: ## Remove the sandbox containers, network and state
 	$(BIN)/ansible-playbook sandbox/down.yml
 
-lint: venv ## ansible-lint (production profile), yamllint, ruff, the CI workflow's schema, syntax checks
+lint: venv collection-path ## ansible-lint (production profile), yamllint, ruff, the CI workflow's schema, syntax checks
 	$(BIN)/yamllint -s .
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/ansible-lint --profile production
@@ -131,7 +141,7 @@ bench-sync: ## On a running sandbox: what keeping output folders in step costs w
 bench-growth: setup data ## Fresh sandboxes of 2 and 4 nodes, one after the other: provision (cold, warm), check, train times, and the staging's bytes
 	$(BIN)/python sandbox/bench/growth.py
 
-bench-pairs: venv ## On this machine: how check.yml's pair measurements grow with the nodes (2, 4, 8 local torchrun agents)
+bench-pairs: venv collection-path ## On this machine: how check.yml's pair measurements grow with the nodes (2, 4, 8 local torchrun agents)
 	$(BIN)/python sandbox/bench/pairs.py
 
 clean: sandbox-down ## Remove the sandbox, .venv and caches

@@ -1,34 +1,24 @@
 """Action plugin: refuse an unsupported operating system before any module runs on the node.
 
 Reads the node's os-release with a raw command (no Python needed on the node), and decides
-on the controller with plugins/module_utils/cluster_platform.py.
+on the controller with plugins/module_utils/common/platform.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
-import sys
-from pathlib import Path
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-
-
-def _load_cluster_platform():
-    """plugins/module_utils/cluster_platform.py, loaded from beside this plugin (in the
-    project and in the collection alike)."""
-    name = "torch_cluster_module_utils_cluster_platform"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / "cluster_platform.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cluster_platform = _load_cluster_platform()
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.platform import (
+    RHEL_PLATFORM_PYTHON,
+    describe,
+    family,
+    major_version,
+    parse_os_release,
+    pinned_interpreter,
+    platform_problem,
+)
 
 
 class ActionModule(ActionBase):
@@ -50,25 +40,25 @@ class ActionModule(ActionBase):
                 f"operating system: {answer.get('stderr', '').strip()}",
             )
             return result
-        fields = cluster_platform.parse_os_release(answer.get("stdout", ""))
+        fields = parse_os_release(answer.get("stdout", ""))
         refuse = boolean(self._task.args.get("refuse", True), strict=False)
-        problem = cluster_platform.platform_problem(fields, host) if refuse else None
+        problem = platform_problem(fields, host) if refuse else None
         # Recorded as the discovered interpreter (a fact), so discovery never runs on this
         # node and every later module of the play (and of later plays, through the fact
         # cache) uses it. An ansible_python_interpreter of the inventory still wins.
-        pinned = cluster_platform.pinned_interpreter(
+        pinned = pinned_interpreter(
             fields,
             str(task_vars.get("ansible_python_interpreter") or ""),
-            self._task.args.get("rhel_python") or cluster_platform.RHEL_PLATFORM_PYTHON,
+            self._task.args.get("rhel_python") or RHEL_PLATFORM_PYTHON,
         )
         if pinned:
             result["ansible_facts"] = {"discovered_interpreter_python": pinned}
         result.update(
             interpreter=pinned,
             changed=False,
-            release=cluster_platform.describe(fields),
-            family=cluster_platform.family(fields),
-            major_version=cluster_platform.major_version(fields),
+            release=describe(fields),
+            family=family(fields),
+            major_version=major_version(fields),
         )
         if problem:
             result.update(failed=True, msg=problem)

@@ -7,27 +7,10 @@ not write to the folder, could not read it, or saw other files there than the re
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
-
-
-def _load_shared_storage():
-    """plugins/module_utils/shared_storage.py, loaded from beside this plugin (in the
-    repository and in the collection alike)."""
-    name = "torch_cluster_module_utils_shared_storage"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / "shared_storage.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-shared_storage = _load_shared_storage()
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.proof import (
+    proof_problems,
+)
 
 
 class ActionModule(ActionBase):
@@ -40,7 +23,7 @@ class ActionModule(ActionBase):
         # A node Ansible could not reach has a result without the module's keys.
         writes = {name: r for name, r in (args.get("writes") or {}).items() if "ok" in r}
         reads = {name: r for name, r in (args.get("reads") or {}).items() if "seen" in r}
-        problems = shared_storage.proof_problems(
+        problems = proof_problems(
             list(args.get("nodes") or []), args.get("path", ""), writes, reads
         )
         result.update(changed=False, problems=problems)

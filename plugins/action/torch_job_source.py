@@ -8,29 +8,18 @@ torch_job_preflight module compares them), so that the launch copies only what c
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 from ansible.plugins.action import ActionBase
-
-
-def _load(stem: str):
-    """plugins/module_utils/<stem>.py: the launcher's logic. Modules get it through
-    Ansible's module_utils path; a controller-side plugin of a project that is not a
-    collection loads it from beside itself."""
-    name = f"torch_cluster_module_utils_{stem}"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / f"{stem}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-torch_job = _load("torch_job")
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.digests import (
+    subtrees_digest,
+    tree_digest,
+    tree_size,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.flight_recorder import (
+    flight_recorder_env,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
 
 
 class ActionModule(ActionBase):
@@ -42,7 +31,7 @@ class ActionModule(ActionBase):
         args = self._task.args
         code_dir, script = args.get("code_dir", ""), args.get("script", "")
         data_src = args.get("data_src", "")
-        problems = torch_job.input_problems(args.get("inputs") or {})
+        problems = input_problems(args.get("inputs") or {})
         if not os.path.isfile(os.path.join(code_dir, script)):
             problems.append(
                 f"The training script {os.path.join(code_dir, script)} does not exist on the "
@@ -58,12 +47,12 @@ class ActionModule(ActionBase):
         data_names = sorted(os.listdir(data_src)) if data_src else []
         result.update(
             changed=False,
-            code_digest=torch_job.tree_digest(code_dir),
-            code_bytes=torch_job.tree_size(code_dir),
+            code_digest=tree_digest(code_dir),
+            code_bytes=tree_size(code_dir),
             data_names=data_names,
-            data_digest=torch_job.subtrees_digest(data_src, data_names) if data_src else "",
+            data_digest=subtrees_digest(data_src, data_names) if data_src else "",
             # NCCL's flight recorder on every job, dumping into that folder on each node.
-            flight_recorder_env=torch_job.flight_recorder_env(args["flight_recorder_dir"])
+            flight_recorder_env=flight_recorder_env(args["flight_recorder_dir"])
             if args.get("flight_recorder_dir")
             else {},
         )

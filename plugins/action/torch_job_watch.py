@@ -11,37 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import os
-import sys
 import time
-from pathlib import Path
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-
-
-def _load(stem: str):
-    """plugins/module_utils/<stem>.py: the launcher's logic. Modules get it through
-    Ansible's module_utils path; a controller-side plugin of a project that is not a
-    collection loads it from beside itself."""
-    name = f"torch_cluster_module_utils_{stem}"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / f"{stem}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-job_view = _load("job_view")
-GPU_CSV_FIELDS, GpuUse = job_view.GPU_CSV_FIELDS, job_view.GpuUse
-follow_lines, gpu_csv_rows, gpu_summary = (
-    job_view.follow_lines,
-    job_view.gpu_csv_rows,
-    job_view.gpu_summary,
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.follow import follow_lines
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use import (
+    GPU_CSV_FIELDS,
+    GpuUse,
+    gpu_csv_rows,
+    gpu_summary,
 )
 
 display = Display()

@@ -8,27 +8,11 @@ and inputs the role cannot use.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
-
-
-def _load_training_user():
-    """plugins/module_utils/training_user.py, loaded from beside this plugin (in the
-    repository and in the collection alike)."""
-    name = "torch_cluster_module_utils_training_user"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "module_utils" / "training_user.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-training_user = _load_training_user()
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.training_user import (
+    choose_ids,
+    input_problems,
+)
 
 
 class ActionModule(ActionBase):
@@ -51,13 +35,13 @@ class ActionModule(ActionBase):
             )
             return result
         name, home = str(args.get("name", "")), str(args.get("home") or "")
-        problems = training_user.input_problems(
+        problems = input_problems(
             name, home=home, shell=str(args.get("shell", "")), uid=uid, gid=gid, id_min=id_min
         )
         choice = None
         if not problems:
             # A node Ansible could not reach has a result without the module's keys.
-            choice, problems = training_user.choose_ids(
+            choice, problems = choose_ids(
                 name, dict(args.get("probes") or {}), uid=uid, gid=gid, id_min=id_min, home=home
             )
         result["changed"] = False

@@ -4,16 +4,10 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.cluster_net import address_problem, own_addresses
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
-        address_problem,
-        own_addresses,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.addresses import (
+    address_problem,
+    own_addresses,
+)
 
 DOCUMENTATION = r"""
 module: cluster_address

@@ -7,16 +7,12 @@ import datetime
 import random
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.cluster_health import check_input_problems, round_robin
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_health import (
-        check_input_problems,
-        round_robin,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.collectives import (
+    round_robin,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.inputs import (
+    check_input_problems,
+)
 
 DOCUMENTATION = r"""
 module: cluster_health_plan

@@ -13,62 +13,41 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.cluster_net import CLOCK_ECHO, clock_offset
-    from ansible.module_utils.gpu_faults import APPLICATION_XIDS, parse_xids
-    from ansible.module_utils.gpu_health import (
-        dcgm_failures,
-        inactive_nvlinks,
-        parse_nvlink_errors,
-        parse_nvlink_status,
-        parse_smi_xml,
-        rdma_ports,
-    )
-    from ansible.module_utils.shared_storage import resolve_shared_dir
-    from ansible.module_utils.torch_builds import installed_build, installed_query
-    from ansible.module_utils.torch_job import ssh_argv
-    from ansible.module_utils.torch_job_node import (
-        LIMIT_MEMLOCK,
-        LIMIT_NOFILE,
-        job_processes,
-        port_listeners,
-        unit_limits,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
-        CLOCK_ECHO,
-        clock_offset,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_faults import (
-        APPLICATION_XIDS,
-        parse_xids,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_health import (
-        dcgm_failures,
-        inactive_nvlinks,
-        parse_nvlink_errors,
-        parse_nvlink_status,
-        parse_smi_xml,
-        rdma_ports,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
-        resolve_shared_dir,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_builds import (
-        installed_build,
-        installed_query,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import ssh_argv
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
-        LIMIT_MEMLOCK,
-        LIMIT_NOFILE,
-        job_processes,
-        port_listeners,
-        unit_limits,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
+    job_processes,
+    port_listeners,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import ssh_argv
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.clock import (
+    CLOCK_ECHO,
+    clock_offset,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.gpu import (
+    dcgm_failures,
+    inactive_nvlinks,
+    parse_nvlink_errors,
+    parse_nvlink_status,
+    parse_smi_xml,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.gpu_faults import (
+    APPLICATION_XIDS,
+    parse_xids,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.rdma import rdma_ports
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_probe import (
+    unit_limits,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_properties import (
+    LIMIT_MEMLOCK,
+    LIMIT_NOFILE,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.torch_builds import (
+    installed_build,
+    installed_query,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.mounts import (
+    resolve_shared_dir,
+)
 
 DOCUMENTATION = r"""
 module: cluster_health_probe

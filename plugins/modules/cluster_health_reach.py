@@ -10,15 +10,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.net_path import path_report
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.net_path import (
-        path_report,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.net_probe import (
+    path_report,
+)
 
 DOCUMENTATION = r"""
 module: cluster_health_reach

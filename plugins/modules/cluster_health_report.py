@@ -8,71 +8,46 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.check_floors import merged
-    from ansible.module_utils.cluster_fabric import (
-        bundle_files,
-        floor_findings,
-        hardware_findings,
-        nvlink_error_findings,
-        path_findings,
-        pcie_load_findings,
-        write_bundle,
-    )
-    from ansible.module_utils.cluster_health import (
-        Finding,
-        clock_findings,
-        collective_figures,
-        collective_findings,
-        disk_findings,
-        environment_findings,
-        gpu_findings,
-        leftover_findings,
-        limit_findings,
-        limit_lines,
-        markdown,
-        nccl_transport,
-        node_table,
-        reach_findings,
-        shared_findings,
-        shared_lines,
-        transport_findings,
-        version_findings,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.check_floors import merged
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_fabric import (
-        bundle_files,
-        floor_findings,
-        hardware_findings,
-        nvlink_error_findings,
-        path_findings,
-        pcie_load_findings,
-        write_bundle,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_health import (
-        Finding,
-        clock_findings,
-        collective_figures,
-        collective_findings,
-        disk_findings,
-        environment_findings,
-        gpu_findings,
-        leftover_findings,
-        limit_findings,
-        limit_lines,
-        markdown,
-        nccl_transport,
-        node_table,
-        reach_findings,
-        shared_findings,
-        shared_lines,
-        transport_findings,
-        version_findings,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.bundle import (
+    bundle_files,
+    write_bundle,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.collectives import (
+    collective_figures,
+    collective_findings,
+    nccl_transport,
+    transport_findings,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.fabric import (
+    floor_findings,
+    hardware_findings,
+    nvlink_error_findings,
+    path_findings,
+    pcie_load_findings,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.findings import (
+    Finding,
+    clock_findings,
+    disk_findings,
+    environment_findings,
+    gpu_findings,
+    leftover_findings,
+    reach_findings,
+    version_findings,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.floors import merged
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.limits import (
+    limit_findings,
+    limit_lines,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.report import (
+    markdown,
+    node_table,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.shared_folder import (
+    shared_findings,
+    shared_lines,
+)
 
 DOCUMENTATION = r"""
 module: cluster_health_report
@@ -152,7 +127,7 @@ options:
     type: dict
     default: {}
   floors:
-    description: The table of floors (roles/check/vars/floors.yml, rows of check_floors.py).
+    description: The table of floors (roles/check/vars/floors.yml, rows of health/floors.py).
     type: list
     elements: dict
     default: []

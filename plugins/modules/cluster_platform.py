@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: cluster_platform
 short_description: Refuse an operating system the project does not support, before any module runs
 description:
-  - An action plugin (plugins/action/cluster_platform.py). It reads the node's os-release with a
+  - An action plugin (plugins/action/common/platform.py). It reads the node's os-release with a
     raw command, so it needs no Python on the node, and decides on the controller.
   - Supported, by os-release ID or ID_LIKE and major version, RHEL 9 and its rebuilds, Debian 12,
     Ubuntu 22.04 and 24.04.

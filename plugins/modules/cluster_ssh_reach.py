@@ -4,22 +4,16 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.torch_job_node import unreached_peers
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
-        unreached_peers,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.peers import (
+    unreached_peers,
+)
 
 DOCUMENTATION = r"""
 module: cluster_ssh_reach
 short_description: Prove passwordless SSH from this node to every peer, in parallel
 description:
   - Runs C(ssh ADDRESS true) to every peer at once, as the user the module runs as (use
-    C(become_user)), with the options of plugins/module_utils/torch_job.py (BatchMode, strict
+    C(become_user)), with the options of plugins/module_utils/common/ssh.py (BatchMode, strict
     host key checking), so that no password, prompt or unknown host key gets in the way.
   - Fails naming each peer that could not be reached and why. A cluster of N nodes needs one
     task per node, not N - 1.

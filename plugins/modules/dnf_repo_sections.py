@@ -6,17 +6,11 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.dnf_repos import offline_plan, parse_repo_file, plan_edits
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.dnf_repos import (
-        offline_plan,
-        parse_repo_file,
-        plan_edits,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.dnf_repos import (
+    offline_plan,
+    parse_repo_file,
+    plan_edits,
+)
 
 DOCUMENTATION = r"""
 module: dnf_repo_sections

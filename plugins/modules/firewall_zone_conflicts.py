@@ -4,17 +4,11 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.firewall_zones import conflict_message, conflicts, read_zone_dir
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.firewall_zones import (
-        conflict_message,
-        conflicts,
-        read_zone_dir,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.firewall import (
+    conflict_message,
+    conflicts,
+    read_zone_dir,
+)
 
 DOCUMENTATION = r"""
 module: firewall_zone_conflicts

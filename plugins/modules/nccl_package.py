@@ -6,25 +6,13 @@ from __future__ import annotations
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.torch_builds import (
-        choose_nccl,
-        installed_build,
-        installed_query,
-        madison_versions,
-        report_line,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_builds import (
-        choose_nccl,
-        installed_build,
-        installed_query,
-        madison_versions,
-        report_line,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.torch_builds import (
+    choose_nccl,
+    installed_build,
+    installed_query,
+    madison_versions,
+    report_line,
+)
 
 DOCUMENTATION = r"""
 module: nccl_package

@@ -7,37 +7,21 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.nvidia_driver import (
-        action_message,
-        apt_components,
-        driver_action,
-        install_plan,
-        minimum_branch,
-        parse_dnf_module_list,
-        parse_dnf_module_state,
-        parse_proc_version,
-        parse_secure_boot,
-        preflight_problems,
-        stream_offered_problem,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.nvidia_driver import (
-        action_message,
-        apt_components,
-        driver_action,
-        install_plan,
-        minimum_branch,
-        parse_dnf_module_list,
-        parse_dnf_module_state,
-        parse_proc_version,
-        parse_secure_boot,
-        preflight_problems,
-        stream_offered_problem,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.driver_branch import (
+    install_plan,
+    minimum_branch,
+    preflight_problems,
+    stream_offered_problem,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.driver_state import (
+    action_message,
+    apt_components,
+    driver_action,
+    parse_dnf_module_list,
+    parse_dnf_module_state,
+    parse_proc_version,
+    parse_secure_boot,
+)
 
 DOCUMENTATION = r"""
 module: nvidia_driver_facts

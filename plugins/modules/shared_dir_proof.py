@@ -9,19 +9,10 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.shared_storage import (
-        mount_of,
-        parse_mountinfo,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
-        mount_of,
-        parse_mountinfo,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.mounts import (
+    mount_of,
+    parse_mountinfo,
+)
 
 DOCUMENTATION = r"""
 module: shared_dir_proof

@@ -8,25 +8,13 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.shared_storage import (
-        fstab_entry,
-        mount_of,
-        mount_point_problem,
-        parse_mountinfo,
-        source_host,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
-        fstab_entry,
-        mount_of,
-        mount_point_problem,
-        parse_mountinfo,
-        source_host,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.mounts import (
+    fstab_entry,
+    mount_of,
+    mount_point_problem,
+    parse_mountinfo,
+    source_host,
+)
 
 DOCUMENTATION = r"""
 module: shared_storage_preflight

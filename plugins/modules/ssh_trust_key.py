@@ -5,21 +5,14 @@ and the options that the other nodes authorize the key with."""
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.ssh_key_choice import CHOICES, choose, fips_enabled
-    from ansible.module_utils.ssh_trust import authorized_options
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_key_choice import (
-        CHOICES,
-        choose,
-        fips_enabled,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_trust import (
-        authorized_options,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.ssh_key_type import (
+    CHOICES,
+    choose,
+    fips_enabled,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.ssh_trust import (
+    authorized_options,
+)
 
 DOCUMENTATION = r"""
 module: ssh_trust_key

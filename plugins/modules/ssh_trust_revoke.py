@@ -7,20 +7,13 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.ssh_key_choice import KEY_TYPES
-    from ansible.module_utils.ssh_trust import public_key_comment, without_block
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_key_choice import (
-        KEY_TYPES,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.ssh_trust import (
-        public_key_comment,
-        without_block,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.ssh_key_type import (
+    KEY_TYPES,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.ssh_trust import (
+    public_key_comment,
+    without_block,
+)
 
 DOCUMENTATION = r"""
 module: ssh_trust_revoke

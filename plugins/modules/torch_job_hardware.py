@@ -7,17 +7,11 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.gpu_faults import SMI_QUERY, hardware_faults, parse_xids
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.gpu_faults import (
-        SMI_QUERY,
-        hardware_faults,
-        parse_xids,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.gpu_faults import (
+    SMI_QUERY,
+    hardware_faults,
+    parse_xids,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_hardware

@@ -7,18 +7,9 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from ansible.module_utils.job_list import read_tail, scan_node_log
-    from ansible.module_utils.torch_job import progress_matcher
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import (
-        read_tail,
-        scan_node_log,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        progress_matcher,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_tail
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.listing import scan_node_log
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import progress_matcher
 
 DOCUMENTATION = r"""
 module: torch_job_list

@@ -8,14 +8,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from ansible.module_utils.job_list import log_lines, unit_runs
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import (
-        log_lines,
-        unit_runs,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.listing import (
+    log_lines,
+    unit_runs,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_log

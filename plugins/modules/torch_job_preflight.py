@@ -9,44 +9,31 @@ import pwd
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.cluster_net import address_problem, own_addresses
-    from ansible.module_utils.shared_storage import missing_mount, resolve_shared_dir
-    from ansible.module_utils.torch_job import (
-        NPROC,
-        RUNNING,
-        UNIT_PROPERTIES,
-        parse_properties,
-        subtrees_digest,
-        tree_digest,
-        unit_state,
-    )
-    from ansible.module_utils.torch_job_node import port_listeners, unreached_peers
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.cluster_net import (
-        address_problem,
-        own_addresses,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.shared_storage import (
-        missing_mount,
-        resolve_shared_dir,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        NPROC,
-        RUNNING,
-        UNIT_PROPERTIES,
-        parse_properties,
-        subtrees_digest,
-        tree_digest,
-        unit_state,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
-        port_listeners,
-        unreached_peers,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.addresses import (
+    address_problem,
+    own_addresses,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.digests import (
+    subtrees_digest,
+    tree_digest,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.peers import (
+    unreached_peers,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
+    port_listeners,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import NPROC
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
+    RUNNING,
+    UNIT_PROPERTIES,
+    parse_properties,
+    unit_state,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.mounts import (
+    missing_mount,
+    resolve_shared_dir,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_preflight

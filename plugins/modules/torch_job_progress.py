@@ -5,30 +5,19 @@ controller."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from ansible.module_utils.job_view import (
-        numeric_series,
-        progress_csv,
-        progress_rows,
-        rank0_attempts,
-        regex_groups,
-        restarts,
-        x_axis,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_view import (
-        numeric_series,
-        progress_csv,
-        progress_rows,
-        rank0_attempts,
-        regex_groups,
-        restarts,
-        x_axis,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.progress import (
+    numeric_series,
+    progress_csv,
+    progress_rows,
+    rank0_attempts,
+    regex_groups,
+    restarts,
+    x_axis,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_progress
@@ -74,13 +63,14 @@ plot:
 
 def plot(path: str, rows, x: str, series: list[str], title: str) -> str:
     """Draw the plot; '' when done, else why not."""
-    try:
-        import matplotlib  # noqa: PLC0415 (optional: the table is written without it)
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
+    # Optional: the table is written without it.
+    if importlib.util.find_spec("matplotlib") is None:
         return "matplotlib is not installed on the controller"
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
     xs = [row.line if x == "line" else row.values[x] for row in rows]
     figure, axes = plt.subplots(
         len(series), 1, figsize=(8, 2.6 * len(series) + 0.6), sharex=True, squeeze=False

@@ -9,57 +9,36 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.job_list import write_json
-    from ansible.module_utils.job_nodes import (
-        excluded_nodes,
-        lost_nodes,
-        plan_nodes,
-        resumed_from,
-    )
-    from ansible.module_utils.torch_job import (
-        JOB_FAILED,
-        JOB_STALLED,
-        JOB_SUCCEEDED,
-        Attempt,
-        decide_restart,
-        final_message,
-        job_failures,
-        merge_tails,
-        restart_message,
-        success_message,
-        teardown_problems,
-        time_left,
-    )
-    from ansible.module_utils.torch_job_stall import stall_outliers
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import write_json
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_nodes import (
-        excluded_nodes,
-        lost_nodes,
-        plan_nodes,
-        resumed_from,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        JOB_FAILED,
-        JOB_STALLED,
-        JOB_SUCCEEDED,
-        Attempt,
-        decide_restart,
-        final_message,
-        job_failures,
-        merge_tails,
-        restart_message,
-        success_message,
-        teardown_problems,
-        time_left,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_stall import (
-        stall_outliers,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import write_json
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.attempts import (
+    Attempt,
+    teardown_problems,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import (
+    job_failures,
+    merge_tails,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.lost_nodes import (
+    excluded_nodes,
+    lost_nodes,
+    plan_nodes,
+    resumed_from,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.messages import (
+    final_message,
+    restart_message,
+    success_message,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.restarts import (
+    decide_restart,
+    time_left,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.stall import stall_outliers
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.watch import (
+    JOB_FAILED,
+    JOB_STALLED,
+    JOB_SUCCEEDED,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_record
@@ -77,7 +56,7 @@ description:
     limit.
   - A node that stopped answering, or failed on hardware (I(hardware)), leaves the job. A
     spare of I(spares) takes its place, else the job goes on with the nodes left when they
-    number at least I(min_nodes) (job_nodes.plan_nodes). The next attempt's nodes are returned
+    number at least I(min_nodes) (lost_nodes.plan_nodes). The next attempt's nodes are returned
     in I(next_nodes); a node that left is not used again.
 options:
   path:
@@ -192,7 +171,7 @@ attempts:
 
 def stall_record(stall: dict) -> dict:
     """A stalled attempt's record: how long rank 0 was quiet, where the stacks are, and which
-    ranks were elsewhere than the rest (torch_job_stall.stall_outliers over every node's
+    ranks were elsewhere than the rest (stall.stall_outliers over every node's
     stacks). Written to summary.json beside the stacks too."""
     frames: dict[int, list | None] = {}
     errors: dict[int, str] = {}

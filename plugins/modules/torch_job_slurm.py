@@ -8,17 +8,11 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.slurm_job import job_name, preflight_problems, sbatch_script
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.slurm_job import (
-        job_name,
-        preflight_problems,
-        sbatch_script,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    job_name,
+    preflight_problems,
+    sbatch_script,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_slurm
@@ -27,7 +21,7 @@ description:
   - Runs on the training master, which is Slurm's controller after playbooks/slurm.yml.
   - C(state=checked) reports why Slurm cannot run the job (not installed, controller down,
     nodes it does not know); changes nothing.
-  - C(state=exported) writes the batch script (plugins/module_utils/slurm_job.py) to I(script).
+  - C(state=exported) writes the batch script (plugins/module_utils/job/slurm.py) to I(script).
   - C(state=submitted) writes it and submits it with C(sbatch) (as the task's user), unless a
     job of the same name is queued or running already.
   - C(state=absent) cancels every queued or running Slurm job of the launcher job

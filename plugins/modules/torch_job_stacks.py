@@ -6,31 +6,20 @@ from __future__ import annotations
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.torch_job_stall import (
-        collect_stacks,
-        copy_flight_recorder_files,
-        flight_recorder_reason,
-        flight_recorder_settings,
-        job_processes_of,
-        request_flight_recorder_dumps,
-        wait_for_dumps,
-        workers_and_agent,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_stall import (
-        collect_stacks,
-        copy_flight_recorder_files,
-        flight_recorder_reason,
-        flight_recorder_settings,
-        job_processes_of,
-        request_flight_recorder_dumps,
-        wait_for_dumps,
-        workers_and_agent,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.flight_dumps import (
+    copy_flight_recorder_files,
+    request_flight_recorder_dumps,
+    wait_for_dumps,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.flight_recorder import (
+    flight_recorder_reason,
+    flight_recorder_settings,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.processes import (
+    job_processes_of,
+    workers_and_agent,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.stacks import collect_stacks
 
 DOCUMENTATION = r"""
 module: torch_job_stacks

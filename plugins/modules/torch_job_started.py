@@ -8,11 +8,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from ansible.module_utils.job_list import write_json
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import write_json
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import write_json
 
 DOCUMENTATION = r"""
 module: torch_job_started

@@ -10,42 +10,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.job_sync import (
-        INCOMING,
-        LIST_SCRIPT,
-        SETTLE_SCRIPT,
-        after_gathering,
-        lacking,
-        newest_copies,
-        next_round,
-        open_files,
-        rsync_stats,
-        settled_files,
-        unchanged,
-    )
-    from ansible.module_utils.torch_job import SSH_OPTIONS, ssh_argv
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_sync import (
-        INCOMING,
-        LIST_SCRIPT,
-        SETTLE_SCRIPT,
-        after_gathering,
-        lacking,
-        newest_copies,
-        next_round,
-        open_files,
-        rsync_stats,
-        settled_files,
-        unchanged,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        SSH_OPTIONS,
-        ssh_argv,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import open_files
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import (
+    SSH_OPTIONS,
+    ssh_argv,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.sync import (
+    INCOMING,
+    LIST_SCRIPT,
+    SETTLE_SCRIPT,
+    after_gathering,
+    lacking,
+    newest_copies,
+    next_round,
+    rsync_stats,
+    settled_files,
+    unchanged,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_sync

@@ -8,14 +8,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from ansible.module_utils.job_list import job_rows, job_table
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_list import (
-        job_rows,
-        job_table,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.listing import (
+    job_rows,
+    job_table,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_table
@@ -23,7 +19,7 @@ short_description: List the cluster's torch jobs from the launcher's records and
 description:
   - Reads each job's C(attempts.json) in I(runs_dir) (the launcher's record on the controller:
     an attempt is "running" from its start until its outcome replaces it) and what each node
-    holds (torch_job_list), and makes one row a job (job_list.job_rows).
+    holds (torch_job_list), and makes one row a job (listing.job_rows).
   - Read-only; runs in check mode too.
 options:
   runs_dir:
@@ -42,7 +38,7 @@ options:
 
 RETURN = r"""
 jobs:
-  description: One row a job (job_list.JobRow: job_id, state, nodes, attempt, progress, ...).
+  description: One row a job (listing.JobRow: job_id, state, nodes, attempt, progress, ...).
   type: list
   returned: always
 table:

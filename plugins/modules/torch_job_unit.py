@@ -8,55 +8,40 @@ import pwd
 from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.torch_job import (
-        RECORD_WRAPPER,
-        RUNNING,
-        STOPPED,
-        UNIT_PROPERTIES,
-        last_lines,
-        parse_properties,
-        parse_torchrun_failures,
-        tree_digest,
-        unit_state,
-    )
-    from ansible.module_utils.torch_job_node import (
-        LIMIT_MEMLOCK,
-        LIMIT_NOFILE,
-        gpu_device_nodes_command,
-        job_processes,
-        limit_properties,
-        matching_files,
-        port_listeners,
-        protection_properties,
-        rsync_filters,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        RECORD_WRAPPER,
-        RUNNING,
-        STOPPED,
-        UNIT_PROPERTIES,
-        last_lines,
-        parse_properties,
-        parse_torchrun_failures,
-        tree_digest,
-        unit_state,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job_node import (
-        LIMIT_MEMLOCK,
-        LIMIT_NOFILE,
-        gpu_device_nodes_command,
-        job_processes,
-        limit_properties,
-        matching_files,
-        port_listeners,
-        protection_properties,
-        rsync_filters,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.digests import (
+    tree_digest,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
+    job_processes,
+    port_listeners,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import (
+    parse_torchrun_failures,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import last_lines
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.record_wrapper import (
+    RECORD_WRAPPER,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.result_files import (
+    matching_files,
+    rsync_filters,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_probe import (
+    gpu_device_nodes_command,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_properties import (
+    LIMIT_MEMLOCK,
+    LIMIT_NOFILE,
+    limit_properties,
+    protection_properties,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
+    RUNNING,
+    STOPPED,
+    UNIT_PROPERTIES,
+    parse_properties,
+    unit_state,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_unit
@@ -143,7 +128,7 @@ options:
   wrapper:
     description:
       - Where to write the launcher's wrapper that runs the script under torch's error
-        recording (torch_job.RECORD_WRAPPER); the command names it. Empty for none.
+        recording (record_wrapper.RECORD_WRAPPER); the command names it. Empty for none.
     type: path
     default: ""
   log_start:
@@ -191,7 +176,7 @@ options:
   protect:
     description:
       - Confine the unit (I(state=started)) with systemd's sandboxing
-        (torch_job_node.protection_properties) C(NoNewPrivileges=yes), C(ProtectSystem=strict)
+        (unit_properties.protection_properties) C(NoNewPrivileges=yes), C(ProtectSystem=strict)
         with C(ReadWritePaths) of I(folders), I(working_directory), I(writable) and the user's
         home, C(PrivateTmp=yes), every other home hidden (C(ProtectHome=tmpfs) with the
         user's own bound back) and the user's C(~/.ssh) inaccessible.

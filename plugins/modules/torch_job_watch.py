@@ -8,59 +8,38 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.job_view import (
-        FollowBuffer,
-        gpu_poll_script,
-        parse_gpu_query,
-        split_poll_output,
-    )
-    from ansible.module_utils.slurm_job import job_phase, node_states, parse_scontrol
-    from ansible.module_utils.torch_job import (
-        RUNNING,
-        SHOW_TIMESTAMPS,
-        UNIT_PROPERTIES,
-        UNREACHABLE,
-        NodeState,
-        RankZeroLog,
-        first_failure,
-        last_lines,
-        parse_properties,
-        progress_matcher,
-        ssh_argv,
-        unit_state,
-        watch_round,
-    )
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.job_view import (
-        FollowBuffer,
-        gpu_poll_script,
-        parse_gpu_query,
-        split_poll_output,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.slurm_job import (
-        job_phase,
-        node_states,
-        parse_scontrol,
-    )
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.torch_job import (
-        RUNNING,
-        SHOW_TIMESTAMPS,
-        UNIT_PROPERTIES,
-        UNREACHABLE,
-        NodeState,
-        RankZeroLog,
-        first_failure,
-        last_lines,
-        parse_properties,
-        progress_matcher,
-        ssh_argv,
-        unit_state,
-        watch_round,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import ssh_argv
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.follow import FollowBuffer
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use import (
+    gpu_poll_script,
+    parse_gpu_query,
+    split_poll_output,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.log_reader import (
+    RankZeroLog,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import (
+    last_lines,
+    progress_matcher,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    job_phase,
+    node_states,
+    parse_scontrol,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
+    RUNNING,
+    SHOW_TIMESTAMPS,
+    UNIT_PROPERTIES,
+    UNREACHABLE,
+    NodeState,
+    parse_properties,
+    unit_state,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.watch import (
+    first_failure,
+    watch_round,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_watch
@@ -71,7 +50,7 @@ description:
     soon as the job has ended (a node failed, timed out, stopped or stopped answering, or every
     node succeeded), or after I(wait) seconds.
   - Reads rank 0's log (this node's) from I(offset) on, for the newest progress line.
-  - The verdict comes from plugins/module_utils/torch_job.py. Its action plugin of the same
+  - The verdict comes from plugins/module_utils/job/watch.py. Its action plugin of the same
     name runs rounds until the job ends and shows the progress on the controller.
 options:
   unit:

@@ -10,17 +10,11 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-
-# From the repository (ansible.cfg's module_utils path), else from the installed
-# torch_cluster.cluster collection.
-try:
-    from ansible.module_utils.training_user import gpu_access, node_ids, parse_passwd
-except ImportError:
-    from ansible_collections.torch_cluster.cluster.plugins.module_utils.training_user import (
-        gpu_access,
-        node_ids,
-        parse_passwd,
-    )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.training_user import (
+    gpu_access,
+    node_ids,
+    parse_passwd,
+)
 
 DOCUMENTATION = r"""
 module: training_user_ids

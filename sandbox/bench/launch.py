@@ -46,8 +46,11 @@ RESUMED = "continuing at epoch"
 # Lists a job's processes on a node, or kills its workers.
 JOB_PROCESSES = (PROJECT / "sandbox" / "job_processes.py").read_text()
 
-sys.path.insert(0, str(PROJECT / "plugins" / "module_utils"))
-from torch_job import tree_digest  # noqa: E402 (the launcher's own digest of the code)
+# This repository as the collection it is (make collection-path).
+sys.path.insert(0, str(PROJECT / ".cache" / "collections"))
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.digests import (  # noqa: E402
+    tree_digest,
+)
 
 
 def inventory() -> tuple[dict, list[str]]:

@@ -16,7 +16,6 @@ software (process groups, rounds, barriers), not a network.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -26,11 +25,11 @@ import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(PROJECT / "plugins" / "module_utils"))
-# cluster_health imports its neighbours as the modules find them, under Ansible's names.
-for name in ("check_floors", "shared_storage"):
-    sys.modules[f"ansible.module_utils.{name}"] = importlib.import_module(name)
-from cluster_health import round_robin  # noqa: E402
+# This repository as the collection it is (make collection-path).
+sys.path.insert(0, str(PROJECT / ".cache" / "collections"))
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.collectives import (  # noqa: E402
+    round_robin,
+)
 
 SCRIPT = PROJECT / "roles" / "check" / "files" / "collectives" / "allreduce_bench.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")

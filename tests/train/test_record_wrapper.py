@@ -1,7 +1,8 @@
-"""The launcher's wrapper (torch_job.RECORD_WRAPPER) around a user's script, run by the
-controller's torch: the script's outcome is what the process reports, and a script that returned
-ends the way Python's shutdown would (other threads joined, atexit handlers run, output
-flushed)."""
+"""The launcher's wrapper (plugins/module_utils/job/record_wrapper.py) around a user's script, run
+by the controller's torch: the script's outcome is what the process reports, and a script that
+returned ends the way Python's shutdown would (other threads joined, atexit handlers run, output
+flushed).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
-import torch_job
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.record_wrapper import (
+    RECORD_WRAPPER,
+)
 
 
 def run_wrapped(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
     wrapper = tmp_path / "record_errors.py"
-    wrapper.write_text(torch_job.RECORD_WRAPPER)
+    wrapper.write_text(RECORD_WRAPPER)
     (tmp_path / "script.py").write_text(textwrap.dedent(script))
     return subprocess.run(
         [sys.executable, str(wrapper), str(tmp_path / "script.py"), *args],

@@ -1,0 +1,186 @@
+"""The launcher's inputs, checked on the controller before anything starts: one sentence per bad
+input, naming only what is wrong. Standard library only: it runs on the nodes' system Python
+(3.9 on EL9) and on the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+# How a job is started (job/slurm.py for slurm), and what may be exported.
+LAUNCHERS = ("systemd", "slurm")
+
+
+EXPORTS = ("", "sbatch")
+
+
+NPROC = re.compile(r"^(auto|[1-9][0-9]*)$")
+
+
+def input_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """One sentence per bad job input, naming only what is wrong."""
+    problems = []
+    job_id = str(inputs.get("job_id", ""))
+    if job_id and not JOB_ID.match(job_id):
+        problems.append(
+            f"job_id must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or "
+            f"digit (got {job_id!r})"
+        )
+    nproc = str(inputs.get("nproc", "auto"))
+    if not NPROC.match(nproc):
+        problems.append(f"nproc must be a positive integer or auto (got {nproc!r})")
+    numbers = (
+        "train_timeout",
+        "train_max_restarts",
+        "train_startup_timeout",
+        "train_min_nodes",
+        "train_stall_timeout",
+        "train_output_copy_interval",
+        "train_code_spread_mb",
+    )
+    for name in numbers:
+        if name not in inputs:
+            continue
+        value = str(inputs[name])
+        if not value.isdigit():
+            problems.append(f"{name} must be a whole number, 0 or more (got {value!r})")
+    problems += watch_problems(inputs)
+    user, trusted = inputs.get("train_user"), str(inputs.get("ssh_trust_user", ""))
+    if trusted and user != trusted:
+        problems.append(
+            f"train_user ({user}) must be ssh_trust_user ({trusted}): the master watches the other "
+            "nodes over SSH as that user. Set only ssh_trust_user; train_user follows it"
+        )
+    problems += confinement_problems(inputs)
+    nodes = list(inputs.get("nodes", []))
+    outside = [host for host in inputs.get("hosts", []) if host not in nodes]
+    if outside:
+        problems.append(f"{', '.join(outside)} not in train_nodes ({', '.join(nodes)})")
+    for pattern in inputs.get("train_result_files", []):
+        if os.path.isabs(pattern) or ".." in pattern.replace("\\", "/").split("/"):
+            problems.append(
+                f"train_result_files must be relative to the output folder and stay in it "
+                f"(got {pattern!r})"
+            )
+    problems += launch_problems(inputs) + output_problems(inputs) + node_loss_problems(inputs)
+    regex = str(inputs.get("train_progress_regex", ""))
+    if regex:
+        try:
+            re.compile(regex)
+        except re.error as err:
+            problems.append(f"train_progress_regex is not a regular expression ({err}): {regex!r}")
+    return problems
+
+
+def watch_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """The watch's own inputs: how often it shows progress, how many lines it follows."""
+    problems = []
+    interval = str(inputs.get("train_watch_interval", "1"))
+    if not interval.isdigit() or int(interval) < 1:
+        problems.append(
+            f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
+        )
+    lines = str(inputs.get("train_follow_max_lines", "1"))
+    if not lines.isdigit() or int(lines) < 1:
+        problems.append(
+            f"train_follow_max_lines must be a whole number of lines, 1 or more (got {lines!r})"
+        )
+    return problems
+
+
+def confinement_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """root as the training user (unless allowed), and the paths a confined job may write to."""
+    problems = []
+    if inputs.get("train_user") == "root" and not inputs.get("allow_root", False):
+        problems.append(
+            "train_user is root: every job would run as root on every node, so one script, or "
+            "one node taken over, would own the whole cluster. Use the unprivileged training user "
+            "(ssh_trust_user, default torch, created by provision.yml), or set "
+            "cluster_allow_root: true to accept that risk"
+        )
+    for path in inputs.get("train_writable_paths", []):
+        if not os.path.isabs(str(path)):
+            problems.append(f"train_writable_paths must hold absolute paths (got {path!r})")
+    return problems
+
+
+def output_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """Where the job's output folder is, and how many copies of it are kept."""
+    problems = []
+    copies = str(inputs.get("train_output_copies", "1"))
+    if not copies.isdigit() or int(copies) < 1:
+        problems.append(
+            f"train_output_copies must be a whole number, 1 or more (got {copies!r}): without a "
+            "shared folder, the master's output folder is copied to that many other nodes"
+        )
+    shared = str(inputs.get("train_shared_dir", "auto"))
+    if shared not in ("auto", "") and not shared.startswith("/"):
+        problems.append(
+            f"train_shared_dir must be auto, empty, or an absolute path (got {shared!r})"
+        )
+    return problems
+
+
+def node_loss_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """train_min_nodes and train_spare_group against the training group."""
+    problems = []
+    nodes = list(inputs.get("nodes", []))
+    group = str(inputs.get("train_spare_group", ""))
+    spare_hosts = inputs.get("spare_hosts")
+    spares = [name for name in nodes if name in (spare_hosts or [])]
+    if group and spare_hosts is None:
+        problems.append(f"train_spare_group names {group!r}, which is not a group of the inventory")
+    elif group:
+        outside = [name for name in spare_hosts or [] if name not in nodes]
+        if outside:
+            problems.append(
+                f"the spares {', '.join(outside)} of train_spare_group {group!r} are not in the "
+                f"training group ({', '.join(nodes)}): a spare must be in it too, so that "
+                "playbooks/provision.yml provisions it and every node trusts it"
+            )
+        if nodes and len(spares) == len(nodes):
+            problems.append(
+                f"every node of the training group is a spare (train_spare_group {group!r}): "
+                "the job would start on none"
+            )
+    minimum = str(inputs.get("train_min_nodes", "0"))
+    size = len(nodes) - len(spares)
+    if minimum.isdigit() and int(minimum) > size:
+        problems.append(
+            f"train_min_nodes ({minimum}) is more than the {size} node(s) the job starts on"
+        )
+    uses = (minimum.isdigit() and int(minimum) > 0) or bool(group)
+    if uses and str(inputs.get("train_launcher", "systemd")) == "slurm":
+        problems.append(
+            "train_min_nodes and train_spare_group work with train_launcher=systemd: through "
+            "Slurm, a job runs on the nodes Slurm gives it (see Slurm's --requeue)"
+        )
+    nofile = str(inputs.get("train_limit_nofile", "1"))
+    if not nofile.isdigit() or int(nofile) < 1:
+        problems.append(f"train_limit_nofile must be a whole number, 1 or more (got {nofile!r})")
+    return problems
+
+
+def launch_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """The launcher's name and the export's, checked."""
+    problems = []
+    launcher = str(inputs.get("train_launcher", "systemd"))
+    if launcher not in LAUNCHERS:
+        problems.append(
+            f"train_launcher must be one of {', '.join(LAUNCHERS)} (got {launcher!r}): systemd "
+            "starts torchrun on every node itself, slurm submits the job to the Slurm cluster "
+            "that playbooks/slurm.yml sets up"
+        )
+    export = str(inputs.get("train_export", ""))
+    if export not in EXPORTS:
+        problems.append(
+            f"train_export must be empty or sbatch (got {export!r}): sbatch writes the job's "
+            "batch script to runs/<job_id>/job.sbatch and runs nothing"
+        )
+    return problems

@@ -1,0 +1,262 @@
+"""The Slurm launcher's logic: the batch script, and a Slurm job's state in the launcher's words.
+
+train.yml -e train_launcher=slurm submits one batch job per attempt. Its script starts one
+torchrun per node with `srun --kill-on-bad-exit=1`, each with the node_rank, the environment and
+the command that the default launcher would give that node (the script carries every node's, and
+picks its own by SLURMD_NODENAME, which is the inventory hostname). The watch maps Slurm's job
+states and srun's error lines to the same NodeState values as systemd's units, so that the
+verdict, the record and the restart decisions are the default launcher's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
+    FAILED,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    TIMED_OUT,
+    NodeState,
+)
+
+JOB_NAME_PREFIX = "torch-"
+
+
+def job_name(job_id: str) -> str:
+    """The Slurm job name of a launcher job: `scancel --name` and `squeue --name` find it."""
+    return f"{JOB_NAME_PREFIX}{job_id}"
+
+
+def _assignments(env: Mapping[str, str]) -> list[str]:
+    return [f"export {key}={shlex.quote(str(value))}" for key, value in env.items()]
+
+
+def sbatch_script(
+    *,
+    job_id: str,
+    attempt: int,
+    nodes: Sequence[Mapping[str, Any]],
+    job_dir: str,
+    output_dir: str,
+    log: str,
+    partition: str = "",
+    timeout_s: int = 0,
+    gpus_per_node: int = 0,
+) -> str:
+    """The batch script of one attempt.
+
+    nodes: in rank order, each {"name", "rank", "env", "command"}: what the default launcher
+    would run on that node. Each node's step appends its output to the node's log (`log`, a
+    path on the node), like the default launcher's unit."""
+    if not nodes:
+        raise ValueError("a job needs at least one node")
+    names = [str(node["name"]) for node in nodes]
+    directives = [
+        f"--job-name={job_name(job_id)}",
+        f"--nodes={len(nodes)}",
+        f"--nodelist={','.join(names)}",
+        "--ntasks-per-node=1",
+        "--exclusive",
+        f"--chdir={output_dir}",
+        f"--output={job_dir}/slurm-%j.out",
+        "--open-mode=append",
+        # A clean environment, as the default launcher's units get: each node's part sets its own.
+        "--export=NONE",
+    ]
+    if partition:
+        directives.append(f"--partition={partition}")
+    if timeout_s > 0:
+        directives.append(f"--time={max(1, math.ceil(timeout_s / 60))}")
+    if gpus_per_node > 0:
+        directives.append(f"--gres=gpu:{gpus_per_node}")
+
+    cases = []
+    for node in nodes:
+        env = {**node["env"], "TORCH_JOB_NODE_RANK": str(node["rank"])}
+        body = [*_assignments(env), f"command=({shlex.join(str(a) for a in node['command'])})"]
+        cases.append(
+            f"  {shlex.quote(str(node['name']))})\n    " + "\n    ".join(body) + "\n    ;;"
+        )
+    step = "\n".join(
+        [
+            'case "${SLURMD_NODENAME:-}" in',
+            *cases,
+            "  *)",
+            '    echo "torch-cluster: ${SLURMD_NODENAME:-this node} is not a node of job '
+            f'{job_id}" >&2',
+            "    exit 2",
+            "    ;;",
+            "esac",
+            f"cd {shlex.quote(output_dir)} || exit 2",
+            f"exec >> {shlex.quote(log)} 2>&1 || exit 2",
+            f'echo "=== torch-cluster: job {job_id}, attempt {attempt}, Slurm job '
+            '${SLURM_JOB_ID}, node ${SLURMD_NODENAME} (node_rank ${TORCH_JOB_NODE_RANK}) ==="',
+            'exec "${command[@]}"',
+        ]
+    )
+    lines = [
+        "#!/bin/bash",
+        f"# torch-cluster: job {job_id}, attempt {attempt}, {len(nodes)} node(s) in rank order:",
+        f"# {' '.join(names)}. One torchrun per node; a node that fails ends the job everywhere.",
+        *[f"#SBATCH {directive}" for directive in directives],
+        "",
+        "# Each node's part: its node_rank, environment and torchrun command.",
+        "read -r -d '' TORCH_CLUSTER_STEP <<'TORCH_CLUSTER_STEP_END'",
+        step,
+        "TORCH_CLUSTER_STEP_END",
+        "",
+        "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f'echo "torch-cluster: job {job_id} attempt {attempt}: Slurm job $SLURM_JOB_ID on '
+        '$SLURM_JOB_NODELIST"',
+        "exec srun --export=ALL --kill-on-bad-exit=1 --nodes=${SLURM_JOB_NUM_NODES} "
+        "--ntasks-per-node=1 --ntasks=${SLURM_JOB_NUM_NODES} --cpu-bind=none "
+        'bash -c "$TORCH_CLUSTER_STEP"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """`scontrol --oneliner show job ID` as a dict (the fields this launcher reads hold no
+    spaces)."""
+    return {key: value for key, value in _FIELD.findall(text.strip())}
+
+
+QUEUED_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
+
+
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "RESIZING"})
+
+
+def job_phase(fields: Mapping[str, str]) -> str:
+    """queued, running, or the launcher's end state: succeeded, failed, stopped, timed out."""
+    state = fields.get("JobState", "").split("+")[0]
+    if state in QUEUED_STATES:
+        return "queued"
+    if state in RUNNING_STATES:
+        return RUNNING
+    if state == "COMPLETED":
+        return SUCCEEDED
+    if state == "TIMEOUT":
+        return TIMED_OUT
+    if state in ("CANCELLED", "PREEMPTED"):
+        return STOPPED
+    return FAILED
+
+
+_SRUN_ERROR = re.compile(r"^srun: error: (\S+): tasks? ([0-9,-]+): (.+?)\s*$")
+
+
+def srun_errors(text: str) -> list[tuple[str, str]]:
+    """(node, what happened) for each srun error line about a task, in the order srun wrote
+    them: the first is the node whose task ended first."""
+    found: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        match = _SRUN_ERROR.match(line.strip())
+        if match and match.group(1) not in [node for node, _ in found]:
+            found.append((match.group(1), f"task {match.group(2)}: {match.group(3)}"))
+    return found
+
+
+def describe_queue(fields: Mapping[str, str]) -> str:
+    """What a waiting job waits for, e.g. `PENDING (Resources)`."""
+    state = fields.get("JobState", "?")
+    reason = fields.get("Reason", "")
+    return f"{state} ({reason})" if reason and reason != "None" else state
+
+
+def node_states(
+    fields: Mapping[str, str], batch_output: str, names: Sequence[str]
+) -> dict[str, NodeState]:
+    """Each node's state in the launcher's words, from the job's state and srun's lines.
+
+    While the job waits or runs every node runs (a waiting job's detail says for what). Once
+    it ended: the nodes whose tasks srun reported failed come first, in srun's order; with
+    --kill-on-bad-exit the others were ended by Slurm, and are stopped; a job cancelled or out
+    of time ends every node the same way."""
+    phase = job_phase(fields)
+    state = fields.get("JobState", "?")
+    exit_code = fields.get("ExitCode", "")
+    if phase == "queued":
+        return {
+            name: NodeState(RUNNING, f"queued in Slurm: {describe_queue(fields)}") for name in names
+        }
+    if phase == RUNNING:
+        return {name: NodeState(RUNNING, f"Slurm job {state}") for name in names}
+    if phase == SUCCEEDED:
+        return {
+            name: NodeState(SUCCEEDED, "torchrun exit status 0 (Slurm: COMPLETED)")
+            for name in names
+        }
+    if phase == TIMED_OUT:
+        return {
+            name: NodeState(TIMED_OUT, "Slurm ended the job at its time limit (train_timeout)")
+            for name in names
+        }
+    if phase == STOPPED:
+        # scancel (playbooks/stop.yml, or by hand) or preemption: every part was ended.
+        return {name: NodeState(STOPPED, f"Slurm job {state}: cancelled") for name in names}
+    errors = [(node, what) for node, what in srun_errors(batch_output) if node in names]
+    states: dict[str, NodeState] = {}
+    # Order matters to the verdict (first_failure keeps the given order when there are no
+    # end times): srun's first error names the node that failed first.
+    for index, (node, what) in enumerate(errors):
+        if index == 0:
+            states[node] = NodeState(
+                FAILED, f"torchrun {what} (Slurm job {state}, exit code {exit_code})"
+            )
+        else:
+            # --kill-on-bad-exit: Slurm ended the other nodes' parts after the first failure.
+            states[node] = NodeState(
+                STOPPED, f"ended by Slurm after {errors[0][0]} failed (torchrun {what})"
+            )
+    failed_first = list(states)
+    for name in names:
+        if name in states:
+            continue
+        if errors:
+            states[name] = NodeState(STOPPED, f"ended by Slurm after {errors[0][0]} failed")
+        else:
+            reason = fields.get("Reason", "")
+            detail = f"Slurm job {state}, exit code {exit_code}"
+            states[name] = NodeState(
+                FAILED, detail + (f", {reason}" if reason not in ("", "None") else "")
+            )
+    order = failed_first + [name for name in names if name not in failed_first]
+    return {name: states[name] for name in order}
+
+
+def preflight_problems(
+    slurm_nodes: Sequence[str], wanted: Sequence[str], scontrol_ping: str, has_scontrol: bool
+) -> list[str]:
+    """Why the training group cannot run through Slurm here: Slurm missing, its controller
+    down, or nodes of the group that Slurm does not know."""
+    if not has_scontrol:
+        return [
+            "Slurm is not installed on the master (no scontrol): run playbooks/slurm.yml first, "
+            "or leave train_launcher at systemd"
+        ]
+    problems = []
+    if "UP" not in scontrol_ping:
+        problems.append(
+            "Slurm's controller does not answer "
+            f"({' '.join(scontrol_ping.split()) or 'no answer'}): "
+            "run playbooks/slurm.yml, or start slurmctld on the master"
+        )
+    missing = [name for name in wanted if name not in slurm_nodes]
+    if missing and not problems:
+        problems.append(
+            f"Slurm does not know {', '.join(missing)} "
+            f"(its nodes: {', '.join(slurm_nodes) or 'none'}): "
+            "run playbooks/slurm.yml on this training group"
+        )
+    return problems

@@ -1,0 +1,294 @@
+"""The Slurm launcher's logic: its batch script (run for real by bash here, with srun standing in
+for Slurm's), and Slurm's job states and srun's lines in the launcher's words. The scontrol and
+srun texts are what the sandbox's Slurm 22.05 printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    job_phase,
+    node_states,
+    parse_scontrol,
+    preflight_problems,
+    sbatch_script,
+    srun_errors,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
+    FAILED,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    TIMED_OUT,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.watch import (
+    JOB_FAILED,
+    JOB_RUNNING,
+    JOB_STOPPED,
+    JOB_SUCCEEDED,
+    JOB_TIMED_OUT,
+    first_failure,
+    judge,
+)
+
+DATA = Path(__file__).parents[1] / "data" / "slurm"
+
+
+def text(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+# --- The batch script -----------------------------------------------------------
+# What each node's part runs: a Python that writes down its argv, environment and folder.
+PROBE = """
+import json, os, sys
+with open(os.path.join(os.environ["PROBE_DIR"], os.environ["SLURMD_NODENAME"] + ".json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}, f)
+print("probe ran", flush=True)
+"""
+
+
+def nodes(tmp_path: Path) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "rank": rank,
+            "env": {
+                "PROBE_DIR": str(tmp_path),
+                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
+                "MY_SETTING": 'it\'s $HOME; "quoted"',
+            },
+            "command": [sys.executable, "-c", PROBE, f"--node-rank={rank}", "a b", "$x"],
+        }
+        for rank, name in enumerate(["node0", "gpu-1.example"])
+    ]
+
+
+def script(tmp_path: Path, **extra: object) -> str:
+    arguments = {
+        "job_id": "job-1",
+        "attempt": 2,
+        "nodes": nodes(tmp_path),
+        "job_dir": str(tmp_path / "job"),
+        "output_dir": str(tmp_path / "out"),
+        "log": str(tmp_path / "node.log"),
+    }
+    return sbatch_script(**(arguments | extra))
+
+
+def run_step(tmp_path: Path, text: str, node: str) -> subprocess.CompletedProcess[str]:
+    """Run the batch script on a node with `srun` standing in for Slurm's: it runs the script's
+    step (the bash -c argument) once, with SLURMD_NODENAME set as slurmstepd would."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    srun = fake / "srun"
+    srun.write_text('#!/bin/bash\nfor last; do :; done\nexec bash -c "$last"\n')
+    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    path = tmp_path / "job.sbatch"
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "SLURMD_NODENAME": node,
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "node0,gpu-1.example",
+    }
+    # The script sets PATH for itself; the fake srun must still be found first.
+    body = text.replace("export PATH=/usr/local/sbin", f"export PATH={fake}:/usr/local/sbin")
+    path.write_text(body)
+    return subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=False)
+
+
+def test_the_batch_script_asks_slurm_for_every_node_once_and_whole() -> None:
+    body = sbatch_script(
+        job_id="j", attempt=1, nodes=[{"name": "n0", "rank": 0, "env": {}, "command": ["x"]},
+                                       {"name": "n1", "rank": 1, "env": {}, "command": ["x"]}],
+        job_dir="/jobs/j", output_dir="/jobs/j/output", log="/jobs/j/node.log",
+        partition="gpu", timeout_s=61, gpus_per_node=4,
+    )  # fmt: skip
+    directives = re.findall(r"^#SBATCH (\S+)$", body, re.M)
+    assert directives == [
+        "--job-name=torch-j",
+        "--nodes=2",
+        "--nodelist=n0,n1",
+        "--ntasks-per-node=1",
+        "--exclusive",
+        "--chdir=/jobs/j/output",
+        "--output=/jobs/j/slurm-%j.out",
+        "--open-mode=append",
+        "--export=NONE",
+        "--partition=gpu",
+        "--time=2",
+        "--gres=gpu:4",
+    ]
+    assert re.search(r"^exec srun --export=ALL --kill-on-bad-exit=1 ", body, re.M)
+
+
+def test_the_batch_script_without_limits_asks_for_no_time_partition_or_gpus(tmp_path: Path) -> None:
+    body = script(tmp_path)
+    assert not re.search(r"^#SBATCH --(time|partition|gres)", body, re.M)
+
+
+@pytest.mark.parametrize(("rank", "node"), [(0, "node0"), (1, "gpu-1.example")])
+def test_each_node_runs_its_own_command_environment_and_folder(
+    tmp_path: Path, rank: int, node: str
+) -> None:
+    done = run_step(tmp_path, script(tmp_path), node)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / f"{node}.json").read_text())
+    assert seen["argv"] == [f"--node-rank={rank}", "a b", "$x"]
+    assert seen["cwd"] == str(tmp_path / "out")
+    env = seen["env"]
+    assert env["MY_SETTING"] == 'it\'s $HOME; "quoted"'
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
+    assert env["TORCH_JOB_NODE_RANK"] == str(rank)
+    # The step's output goes to the node's log, after a line that names the Slurm job.
+    log = (tmp_path / "node.log").read_text()
+    assert log == (
+        f"=== torch-cluster: job job-1, attempt 2, Slurm job 77, node {node} "
+        f"(node_rank {rank}) ===\nprobe ran\n"
+    )
+
+
+def test_a_node_that_is_not_the_jobs_refuses_to_run(tmp_path: Path) -> None:
+    done = run_step(tmp_path, script(tmp_path), "node7")
+    assert done.returncode == 2
+    assert "node7 is not a node of job job-1" in done.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_batch_script_needs_nodes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one node"):
+        script(tmp_path, nodes=[])
+
+
+def test_the_step_script_is_valid_bash(tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script(tmp_path))
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+
+
+# --- Slurm's job states ------------------------------------------------------------
+def test_scontrol_is_read_into_fields() -> None:
+    fields = parse_scontrol(text("scontrol-failed.txt"))
+    assert fields["JobState"] == "FAILED"
+    assert fields["ExitCode"] == "1:0"
+    assert fields["BatchHost"] == "node0"
+    assert fields["NodeList"] == "node[0-1]"
+
+
+PHASES = {
+    "PENDING": "queued",
+    "CONFIGURING": "queued",
+    "RUNNING": RUNNING,
+    "COMPLETING": RUNNING,
+    "COMPLETED": SUCCEEDED,
+    "FAILED": FAILED,
+    "NODE_FAIL": FAILED,
+    "OUT_OF_MEMORY": FAILED,
+    "TIMEOUT": TIMED_OUT,
+    "CANCELLED": STOPPED,
+    "PREEMPTED": STOPPED,
+}
+
+
+@pytest.mark.parametrize("state", PHASES)
+def test_each_slurm_state_has_a_phase(state: str) -> None:
+    assert job_phase({"JobState": state}) == PHASES[state]
+
+
+def test_a_waiting_job_says_what_it_waits_for() -> None:
+    fields = parse_scontrol(text("scontrol-pending.txt"))
+    states = node_states(fields, "", ["node0", "node1"])
+    assert {s.state for s in states.values()} == {RUNNING}
+    assert states["node0"].detail == "queued in Slurm: PENDING (Resources)"
+    assert judge(states, False).job == JOB_RUNNING
+
+
+def test_srun_names_the_node_that_failed_first() -> None:
+    assert srun_errors(text("srun-killed-workers.out")) == [
+        ("node1", "task 1: Exited with exit code 1"),
+        ("node0", "task 0: Exited with exit code 1"),
+    ]
+
+
+def test_a_failed_job_fails_the_first_node_and_the_others_were_ended_by_slurm() -> None:
+    fields = parse_scontrol(text("scontrol-failed.txt"))
+    states = node_states(fields, text("srun-killed-workers.out"), ["node0", "node1"])
+    assert list(states) == ["node1", "node0"]
+    assert states["node1"].state == FAILED
+    assert "task 1: Exited with exit code 1" in states["node1"].detail
+    assert states["node0"].state == STOPPED
+    assert states["node0"].detail.startswith("ended by Slurm after node1 failed")
+    verdict = judge(states, False)
+    assert (verdict.job, first_failure(states, verdict.bad_nodes)[0]) == (JOB_FAILED, "node1")
+
+
+def test_a_failed_job_without_srun_lines_fails_every_node_with_slurms_reason() -> None:
+    fields = parse_scontrol(text("scontrol-failed.txt"))
+    states = node_states(fields, "", ["node0", "node1"])
+    assert {s.state for s in states.values()} == {FAILED}
+    assert states["node0"].detail == "Slurm job FAILED, exit code 1:0, NonZeroExitCode"
+
+
+def test_a_completed_job_succeeded_everywhere() -> None:
+    fields = parse_scontrol(text("scontrol-completed.txt"))
+    states = node_states(fields, "", ["node0", "node1"])
+    assert judge(states, False).job == JOB_SUCCEEDED
+
+
+def test_a_cancelled_job_is_stopped_and_a_requested_stop_says_so() -> None:
+    fields = parse_scontrol(text("scontrol-cancelled.txt"))
+    states = node_states(fields, "srun: error: node1: task 1: Killed\n", ["node0", "node1"])
+    assert {s.state for s in states.values()} == {STOPPED}
+    assert judge(states, True).job == JOB_STOPPED
+
+
+def test_a_job_out_of_time_timed_out() -> None:
+    states = node_states({"JobState": "TIMEOUT"}, "", ["node0", "node1"])
+    assert judge(states, False).job == JOB_TIMED_OUT
+
+
+# --- What is refused before a submit ------------------------------------------------
+def test_slurm_missing_on_the_master_is_refused_with_the_playbook_to_run() -> None:
+    (problem,) = preflight_problems([], ["node0"], "", has_scontrol=False)
+    assert "Slurm is not installed on the master" in problem
+    assert "playbooks/slurm.yml" in problem
+
+
+def test_a_controller_that_does_not_answer_is_refused() -> None:
+    ping = "Slurmctld(primary) at node0 is DOWN\n"
+    (problem,) = preflight_problems([], ["node0"], ping, has_scontrol=True)
+    assert problem.startswith("Slurm's controller does not answer (Slurmctld(primary) at node0")
+
+
+def test_nodes_slurm_does_not_know_are_named() -> None:
+    ping = "Slurmctld(primary) at node0 is UP\n"
+    (problem,) = preflight_problems(["node0"], ["node0", "node1"], ping, has_scontrol=True)
+    assert problem.startswith("Slurm does not know node1 (its nodes: node0)")
+    assert preflight_problems(["node0", "node1"], ["node0", "node1"], ping, True) == []
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({"train_launcher": "pbs"}, "train_launcher must be one of systemd, slurm (got 'pbs')"),
+        ({"train_export": "yaml"}, "train_export must be empty or sbatch (got 'yaml')"),
+    ],
+)
+def test_an_unknown_launcher_or_export_is_refused(inputs: dict, expected: str) -> None:
+    (problem,) = input_problems(inputs)
+    assert problem.startswith(expected)
+
+
+def test_the_known_launchers_and_exports_pass() -> None:
+    for launcher in ("systemd", "slurm"):
+        for export in ("", "sbatch"):
+            assert input_problems({"train_launcher": launcher, "train_export": export}) == []
