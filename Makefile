@@ -18,7 +18,7 @@ SANDBOX_EL9_NODES ?= 0
 APT_PACKAGES := podman runc mmdebstrap openssh-client rsync iproute2 uidmap gpg \
   rpm createrepo-c dnf-plugins-core
 
-.PHONY: help setup apt venv collection-path wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs bench-growth clean
+.PHONY: help setup apt venv collection-path wheelhouse data nccl-mirror el9-repos collection sandbox-up sandbox-train demo docs docs-check lint unit molecule test sandbox sandbox-down bench-train bench-launch bench-sync bench-pairs bench-growth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -91,7 +91,13 @@ demo: sandbox-up ## The sandbox (brought up when it is not) and a short job on i
 sandbox-down: ## Remove the sandbox containers, network and state
 	$(BIN)/ansible-playbook sandbox/down.yml
 
-lint: venv collection-path ## ansible-lint (production profile), yamllint, ruff, the CI workflow's schema, syntax checks
+docs: venv ## Write docs/variables.md, the role variable reference, from roles/*/meta/argument_specs.yml
+	$(BIN)/python docs/variables.py
+
+docs-check: venv ## Fail when docs/variables.md is not what make docs writes
+	$(BIN)/python docs/variables.py --check
+
+lint: venv collection-path docs-check ## ansible-lint (production profile), yamllint, ruff, the CI workflow's schema, syntax checks, docs-check
 	$(BIN)/yamllint -s .
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/ansible-lint --profile production
