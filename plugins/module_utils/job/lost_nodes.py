@@ -1,11 +1,11 @@
 """Which nodes run a job's next attempt after one of them was lost.
 
 A node is lost when it stops answering, or when it answers but its GPUs failed (a GPU gone from
-the driver, a new XID, uncorrectable ECC errors: plugins/module_utils/gpu_faults.py). A job that
-lost nodes goes on when train_spare_group holds a spare for each (the spare takes the lost
-node's place and rank, so the world size stays the same), or when the nodes left number at least
-train_min_nodes (they are recounted in inventory order, the first becoming the master). A node
-that left is never used again in the same job. Standard library only.
+the driver, a new XID, uncorrectable ECC errors: plugins/module_utils/health/gpu_faults.py). A
+job that lost nodes goes on when train_spare_group holds a spare for each (the spare takes the
+lost node's place and rank, so the world size stays the same), or when the nodes left number at
+least train_min_nodes (they are recounted in inventory order, the first becoming the master). A
+node that left is never used again in the same job. Standard library only.
 """
 
 from __future__ import annotations
