@@ -6,18 +6,24 @@ from __future__ import annotations
 import json
 import os
 import platform
-import pwd
 import shlex
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.node_paths import (
+    driver_gpus,
+    node_paths_argument_spec,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
     job_processes,
     port_listeners,
 )
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import ssh_argv
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import (
+    runuser_prefix,
+    ssh_argv,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.clock import (
     CLOCK_ECHO,
     clock_offset,
@@ -65,14 +71,6 @@ description:
     --wait --pipe)) that asks for the launcher's limits from its own C(/proc/self/limits).
     It leaves nothing behind, so it runs in check mode too.
 options:
-  environment_fact:
-    description: The pytorch role's local fact (JSON) that names the training environment.
-    type: path
-    default: /etc/ansible/facts.d/pytorch.fact
-  gpu_dir:
-    description: Where the NVIDIA driver lists the node's GPUs, one folder each.
-    type: path
-    default: /proc/driver/nvidia/gpus
   base_dir:
     description: Where jobs write (the launcher's base folder); the free space of its file system.
     type: path
@@ -93,10 +91,6 @@ options:
     description: The jobs' shared folder; C(auto) for the shared_storage role's mount (its fact).
     type: str
     default: auto
-  shared_fact:
-    description: The shared_storage role's local fact (JSON), which names its mount.
-    type: path
-    default: /etc/ansible/facts.d/shared_storage.fact
   limit_memlock:
     description: The memlock limit the transient unit asks for (torch_job_unit's I(limit_memlock)).
     type: str
@@ -109,6 +103,8 @@ options:
     description: The nofile limit the transient unit asks for (torch_job_unit's I(limit_nofile)).
     type: int
     default: 1048576
+extends_documentation_fragment:
+  - torch_cluster.cluster.node_paths
 """
 
 RETURN = r"""
@@ -161,9 +157,7 @@ def torch_report(fact: str) -> dict:
 
 
 def nvidia(gpu_dir: str) -> dict:
-    found: dict = {"driver_gpus": 0}
-    if os.path.isdir(gpu_dir):
-        found["driver_gpus"] = len([e for e in os.scandir(gpu_dir) if e.is_dir()])
+    found: dict = {"driver_gpus": driver_gpus(gpu_dir)}
     try:
         with open("/proc/driver/nvidia/version") as handle:
             found["driver"] = handle.readline().split("Kernel Module")[-1].split()[0]
@@ -258,7 +252,7 @@ def disk(base_dir: str) -> dict:
 
 def clock_offsets(peers: dict[str, str], user: str) -> dict[str, float | None]:
     """Each peer's clock minus this node's, in seconds (None: no answer)."""
-    prefix = [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]
+    prefix = runuser_prefix(user)
 
     def measure(name: str) -> float | None:
         return clock_offset([*prefix, *ssh_argv(peers[name], ["python3", "-c", CLOCK_ECHO])])
@@ -282,17 +276,12 @@ def system_nccl(module: AnsibleModule) -> str:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "environment_fact": {"type": "path", "default": "/etc/ansible/facts.d/pytorch.fact"},
-            "gpu_dir": {"type": "path", "default": "/proc/driver/nvidia/gpus"},
+            **node_paths_argument_spec(),
             "base_dir": {"type": "path", "default": "/var/lib/torch-cluster"},
             "port": {"type": "int", "default": 0},
             "peers": {"type": "dict", "default": {}},
             "ssh_user": {"type": "str", "default": "root"},
             "shared_dir": {"type": "str", "default": "auto"},
-            "shared_fact": {
-                "type": "path",
-                "default": "/etc/ansible/facts.d/shared_storage.fact",
-            },
             "limit_memlock": {"type": "str", "default": LIMIT_MEMLOCK},
             "limit_nofile": {"type": "int", "default": LIMIT_NOFILE},
             "dcgm_diag": {"type": "bool", "default": False},

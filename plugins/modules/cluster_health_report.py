@@ -8,6 +8,11 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    read_text,
+    replace_text,
+    write_json,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.bundle import (
     bundle_files,
     write_bundle,
@@ -190,21 +195,6 @@ def load(path: str) -> dict:
         return json.load(handle)
 
 
-def read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
-def write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.partial", "w") as handle:
-        handle.write(text)
-    os.replace(f"{path}.partial", path)
-
-
 def without_diagnostics(row: dict) -> dict:
     """A node's probe without the diagnostics' texts (they go to the bundle)."""
     return {key: value for key, value in row.items() if key != "diagnostics"}
@@ -216,7 +206,9 @@ def bundle(
     """Write the support bundle next to the report; the line that names it."""
     files = bundle_files(
         rows,
-        {name: read(path) for name, path in logs.items()} if params["logs_dir"] else {},
+        {name: read_text(path, errors="replace") for name, path in logs.items()}
+        if params["logs_dir"]
+        else {},
         report,
         figures,
         world,
@@ -279,7 +271,11 @@ def main() -> None:
     unanswered = [name for name in names if not rows[name]]
     offsets = rows[master].get("clock_offsets", {}) if rows[master] else {}
     logs = {name: os.path.join(p["logs_dir"], f"{name}.log") for name in names}
-    transports = {name: nccl_transport(read(path)) for name, path in logs.items() if p["logs_dir"]}
+    transports = {
+        name: nccl_transport(read_text(path, errors="replace"))
+        for name, path in logs.items()
+        if p["logs_dir"]
+    }
     reach = {name: (p["reach"].get(name) or {}).get("attempts", []) for name in names}
     findings = [
         *(
@@ -389,10 +385,10 @@ def main() -> None:
         "baseline": baseline,
         "failures": [f.as_dict() for f in findings],
     }
-    write(os.path.join(p["report_dir"], "report.json"), json.dumps(report, indent=2) + "\n")
+    write_json(os.path.join(p["report_dir"], "report.json"), report)
     title = f"Cluster health, {now}: {'healthy' if not findings else 'NOT healthy'}"
     text = markdown(title, table, reach, figures, findings, shared=shared, limits=limits)
-    write(os.path.join(p["report_dir"], "report.md"), text)
+    replace_text(os.path.join(p["report_dir"], "report.md"), text)
     world = int(collectives.get("world_size") or 0)
     lines.append(bundle(p, rows, logs, report, figures=figures, world=world, text=text))
     if p["save_baseline"] and figures and not findings and p["baseline_file"]:
@@ -403,7 +399,7 @@ def main() -> None:
             "pairs": figures["pairs"],
             "directions": figures["directions"],
         }
-        write(p["baseline_file"], json.dumps(saved, indent=2) + "\n")
+        write_json(p["baseline_file"], saved)
         lines.append(f"Saved as the cluster's baseline: {p['baseline_file']}")
     module.exit_json(
         changed=True,

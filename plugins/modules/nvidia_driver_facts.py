@@ -7,6 +7,7 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_text
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.driver_branch import (
     install_plan,
     minimum_branch,
@@ -189,11 +190,8 @@ APT_DEB822_SOURCES = "/etc/apt/sources.list.d/*.sources"
 
 
 def read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
+    """A file's text as UTF-8, whatever the locale ('' where it cannot be read)."""
+    return read_text(path, encoding="utf-8", errors="replace")
 
 
 def loaded_version() -> str:

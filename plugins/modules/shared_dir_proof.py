@@ -180,11 +180,7 @@ def read_back(p: dict) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "phase": {
-                "type": "str",
-                "required": True,
-                "choices": ["write", "read", "remove"],
-            },
+            "phase": {"type": "str", "required": True, "choices": ["write", "read", "remove"]},
             "path": {"type": "path", "required": True},
             "token": {"type": "str", "required": True},
             "node_name": {"type": "str", "default": ""},

@@ -8,6 +8,7 @@ import pwd
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_text
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.storage.mounts import (
     fstab_entry,
     mount_of,
@@ -74,14 +75,6 @@ gid:
 """
 
 
-def read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
 def answers(host: str, port: int, timeout: float) -> str:
     """ "" when host accepts a TCP connection on port, else why not."""
     try:
@@ -105,8 +98,8 @@ def main() -> None:
     )
     p = module.params
     path = p["path"]
-    mount = mount_of(path, parse_mountinfo(read("/proc/self/mountinfo")))
-    fstab = fstab_entry(path, read("/etc/fstab"))
+    mount = mount_of(path, parse_mountinfo(read_text("/proc/self/mountinfo")))
+    fstab = fstab_entry(path, read_text("/etc/fstab"))
     entries = os.listdir(path) if os.path.isdir(path) else None
     problems = []
     if os.path.lexists(path) and not os.path.isdir(path):

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.node_paths import (
+    driver_gpus,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.gpu_faults import (
     SMI_QUERY,
     hardware_faults,
@@ -59,7 +61,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    gpus_now = len(os.listdir(p["gpu_dir"])) if os.path.isdir(p["gpu_dir"]) else 0
+    gpus_now = driver_gpus(p["gpu_dir"])
     smi_path = shutil.which("nvidia-smi")
     smi = None
     if smi_path:

@@ -9,36 +9,29 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_tail
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.listing import scan_node_log
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import progress_matcher
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import (
+    progress_argument_spec,
+    progress_matcher,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_list
 short_description: List the torch jobs a node holds, with their newest attempt and unit state
 description:
-  - Reads each job folder under I(base_dir)C(/jobs): the newest attempt's header in its log
+  - "Reads each job folder under I(base_dir)C(/jobs): the newest attempt's header in its log
     (attempt, node_rank, start), and rank 0's newest line and progress line after it (on the
-    node that ran node_rank 0).
+    node that ran node_rank 0)."
   - Asks systemd once for every job unit (C(torch-job-*)) and its C(ActiveState) and
     C(SubState).
   - Read-only; runs in check mode too.
 options:
-  base_dir:
-    description: The launcher's folder on the node (train_node_base_dir).
-    type: path
-    default: /var/lib/torch-cluster
   job_id:
     description: Only this job (empty for all).
     type: str
     default: ""
-  progress_prefixes:
-    description: Lines of rank 0 that start with one of these are progress.
-    type: list
-    elements: str
-    default: []
-  progress_regex:
-    description: Lines of rank 0 that match this are progress too.
-    type: str
-    default: ""
+extends_documentation_fragment:
+  - torch_cluster.cluster.node_base_dir
+  - torch_cluster.cluster.progress_lines
 """
 
 RETURN = r"""
@@ -69,8 +62,7 @@ def main() -> None:
         argument_spec={
             "base_dir": {"type": "path", "default": "/var/lib/torch-cluster"},
             "job_id": {"type": "str", "default": ""},
-            "progress_prefixes": {"type": "list", "elements": "str", "default": []},
-            "progress_regex": {"type": "str", "default": ""},
+            **progress_argument_spec(),
         },
         supports_check_mode=True,
     )

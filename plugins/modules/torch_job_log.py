@@ -17,15 +17,11 @@ DOCUMENTATION = r"""
 module: torch_job_log
 short_description: Read a torch job's log on a node (one rank, or all of it)
 description:
-  - Reads the job's log (I(base_dir)C(/jobs/<job_id>/node.log)): its last I(lines) lines of
+  - "Reads the job's log (I(base_dir)C(/jobs/<job_id>/node.log)): its last I(lines) lines of
     I(rank), or, from I(offset) on, what was written since (following a running job: it waits
-    up to I(wait) seconds for new lines).
+    up to I(wait) seconds for new lines)."
   - Says whether the job's unit still runs on the node. Read-only; runs in check mode too.
 options:
-  base_dir:
-    description: The launcher's folder on the node (train_node_base_dir).
-    type: path
-    default: /var/lib/torch-cluster
   job_id:
     description: The job.
     type: str
@@ -52,6 +48,8 @@ options:
     description: With I(offset) set, the longest wait for new lines, in seconds.
     type: float
     default: 0
+extends_documentation_fragment:
+  - torch_cluster.cluster.node_base_dir
 """
 
 RETURN = r"""

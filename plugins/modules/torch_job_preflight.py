@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import subprocess
@@ -17,12 +16,19 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.diges
     subtrees_digest,
     tree_digest,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_text
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.node_paths import (
+    driver_gpus,
+    local_fact,
+    node_paths_argument_spec,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.peers import (
     unreached_peers,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
     port_listeners,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import runuser_prefix
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import NPROC
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
     RUNNING,
@@ -39,9 +45,9 @@ DOCUMENTATION = r"""
 module: torch_job_preflight
 short_description: Check that a node can take its part of a torchrun job
 description:
-  - One round trip per node for every check the launch needs, each failure named with what to
+  - "One round trip per node for every check the launch needs, each failure named with what to
     do about it. Nothing on the node changes, but for one repair: the shared_storage role's
-    mount, listed in /etc/fstab but not mounted (its mount at boot failed), is mounted again.
+    mount, listed in /etc/fstab but not mounted (its mount at boot failed), is mounted again."
   - The node's address is one of its own (read now, never from a fact cache); the node is
     provisioned (its torchrun exists); I(nproc) is a positive integer or auto, and
     not more than the node's GPUs; no unit of the job runs; on the master, the rendezvous port
@@ -65,18 +71,10 @@ options:
     description: The job's unit name.
     type: str
     required: true
-  environment_fact:
-    description: The pytorch role's local fact (JSON), which names the environment's torchrun.
-    type: path
-    default: /etc/ansible/facts.d/pytorch.fact
   nproc:
     description: Processes on this node, a positive integer or auto.
     type: raw
     default: auto
-  gpu_dir:
-    description: Where the NVIDIA driver lists the node's GPUs, one folder each.
-    type: path
-    default: /proc/driver/nvidia/gpus
   port:
     description: On the master, the rendezvous port that must be free; 0 elsewhere.
     type: int
@@ -124,10 +122,6 @@ options:
         must exist on the node.
     type: str
     default: auto
-  shared_fact:
-    description: The shared_storage role's local fact (JSON), which names its mount.
-    type: path
-    default: /etc/ansible/facts.d/shared_storage.fact
   fstab:
     description:
       - The node's fstab. With I(shared_dir=auto), the shared_storage role's mount that it lists
@@ -138,6 +132,8 @@ options:
     description: The node's mount table.
     type: path
     default: /proc/self/mountinfo
+extends_documentation_fragment:
+  - torch_cluster.cluster.node_paths
 """
 
 RETURN = r"""
@@ -174,25 +170,6 @@ remounted:
   type: bool
   returned: success
 """
-
-
-def as_user(user: str) -> list[str]:
-    """The prefix that runs a command as user (none when the module runs as that user)."""
-    return [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]
-
-
-def read_torchrun(fact: str) -> str:
-    try:
-        with open(fact) as handle:
-            return str(json.load(handle).get("torchrun", ""))
-    except (OSError, ValueError, AttributeError):
-        return ""
-
-
-def count_gpus(gpu_dir: str) -> int:
-    if not os.path.isdir(gpu_dir):
-        return 0
-    return len([entry for entry in os.scandir(gpu_dir) if entry.is_dir()])
 
 
 def environment_problems(node: str, torchrun: str, fact: str) -> list[str]:
@@ -250,7 +227,7 @@ def user_problems(node: str, user: str, peers: dict[str, str]) -> list[str]:
     except KeyError:
         return [f"{node}: the training user {user!r} (train_user) does not exist"]
     # The connections it opens are the ones the watcher then uses.
-    unreached = unreached_peers(peers, as_user(user))
+    unreached = unreached_peers(peers, runuser_prefix(user))
     if not unreached:
         return []
     return [
@@ -272,21 +249,13 @@ def shared_folder(node: str, given: str, fact: str) -> tuple[str, list[str]]:
     ]
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
 def mount_again(
     module: AnsibleModule, node: str, path: str, fstab: str, mountinfo: str
 ) -> tuple[bool, list[str]]:
     """The shared_storage role's mount, when /etc/fstab has it and it is not mounted (a mount
     that failed at boot, such as sshfs refused while the node had another address): mounted
     again from fstab. Whether it was, and why it could not be."""
-    if not missing_mount(path, _read(fstab), _read(mountinfo)):
+    if not missing_mount(path, read_text(fstab), read_text(mountinfo)):
         return False, []
     if module.check_mode:
         module.warn(f"{node}: the shared folder {path} is not mounted; a run would mount it again")
@@ -298,7 +267,7 @@ def mount_again(
         error = done.stderr.strip() if done.returncode else ""
     except (OSError, subprocess.TimeoutExpired) as failure:
         error = str(failure)
-    if error or missing_mount(path, _read(fstab), _read(mountinfo)):
+    if error or missing_mount(path, read_text(fstab), read_text(mountinfo)):
         return False, [
             f"{node}: the shared folder {path} is not mounted, and mounting it again from "
             f"/etc/fstab failed ({error or 'nothing mounted'}); a node that came back on another "
@@ -318,9 +287,8 @@ def main() -> None:
             "address": {"type": "str", "required": True},
             "job_id": {"type": "str", "required": True},
             "unit": {"type": "str", "required": True},
-            "environment_fact": {"type": "path", "default": "/etc/ansible/facts.d/pytorch.fact"},
+            **node_paths_argument_spec(),
             "nproc": {"type": "raw", "default": "auto"},
-            "gpu_dir": {"type": "path", "default": "/proc/driver/nvidia/gpus"},
             "port": {"type": "int", "default": 0},
             "peers": {"type": "dict", "default": {}},
             "user": {"type": "str", "default": "root"},
@@ -330,10 +298,6 @@ def main() -> None:
             "data_names": {"type": "list", "elements": "str", "default": []},
             "data_digest": {"type": "str", "default": ""},
             "shared_dir": {"type": "str", "default": "auto"},
-            "shared_fact": {
-                "type": "path",
-                "default": "/etc/ansible/facts.d/shared_storage.fact",
-            },
             "writable": {"type": "list", "elements": "path", "default": []},
             "fstab": {"type": "path", "default": "/etc/fstab"},
             "mountinfo": {"type": "path", "default": "/proc/self/mountinfo"},
@@ -342,8 +306,8 @@ def main() -> None:
     )
     p = module.params
     node = p["node_name"]
-    torchrun = read_torchrun(p["environment_fact"])
-    gpus = count_gpus(p["gpu_dir"])
+    torchrun = local_fact(p["environment_fact"], "torchrun")
+    gpus = driver_gpus(p["gpu_dir"])
     given = str(p["nproc"])
     nproc = 0 if not NPROC.match(given) else (gpus or 1) if given == "auto" else int(given)
     interface, wrong_address = address_problem(node, p["address"], own_addresses())

@@ -9,9 +9,13 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import write_json
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    read_json,
+    write_json,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.attempts import (
     Attempt,
+    attempt_argument_spec,
     teardown_problems,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import (
@@ -59,22 +63,6 @@ description:
     number at least I(min_nodes) (lost_nodes.plan_nodes). The next attempt's nodes are returned
     in I(next_nodes); a node that left is not used again.
 options:
-  path:
-    description: The attempts file; attempt 1 starts it anew.
-    type: path
-    required: true
-  job_id:
-    description: The job's id.
-    type: str
-    required: true
-  attempt:
-    description: This attempt's number, from 1.
-    type: int
-    required: true
-  max_restarts:
-    description: How many times the job may start again after a failure.
-    type: int
-    default: 0
   startup_timeout:
     description: Seconds from the start in which a failure without progress is a start-up failure.
     type: int
@@ -103,11 +91,6 @@ options:
     description: What keeping the output folders in step cost (torch_job_sync), by phase.
     type: dict
     default: {}
-  nodes:
-    description: This attempt's nodes, in rank order (the first is the master).
-    type: list
-    elements: str
-    required: true
   spares:
     description: The spare nodes (train_spare_group), in inventory order.
     type: list
@@ -139,6 +122,8 @@ options:
     description: Whether this attempt continued from the job's files (a restart, or train_resume).
     type: bool
     default: false
+extends_documentation_fragment:
+  - torch_cluster.cluster.job_attempt
 """
 
 RETURN = r"""
@@ -201,10 +186,7 @@ def stall_record(stall: dict) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "required": True},
-            "job_id": {"type": "str", "required": True},
-            "attempt": {"type": "int", "required": True},
-            "max_restarts": {"type": "int", "default": 0},
+            **attempt_argument_spec(),
             "startup_timeout": {"type": "int", "default": 300},
             "timeout": {"type": "int", "default": 0},
             "watch": {"type": "dict", "required": True},
@@ -212,7 +194,6 @@ def main() -> None:
             "run_dir": {"type": "str", "required": True},
             "stop_hint": {"type": "str", "required": True},
             "sync": {"type": "dict", "default": {}},
-            "nodes": {"type": "list", "elements": "str", "required": True},
             "spares": {"type": "list", "elements": "str", "default": []},
             "min_nodes": {"type": "int", "default": 0},
             "job_size": {"type": "int", "required": True},
@@ -288,14 +269,8 @@ def main() -> None:
     attempt.not_restarted_because = why_not or ""
     attempt.next_nodes = plan.nodes if attempt.restarted else list(attempt.nodes_used)
     # The launcher and the world size that torch_job_started wrote at the attempt's start.
-    kept = {}
-    if os.path.exists(params["path"]):
-        try:
-            with open(params["path"]) as handle:
-                started = json.load(handle)
-            kept = {key: started[key] for key in ("launcher", "world_size") if key in started}
-        except (OSError, ValueError):
-            kept = {}
+    started = read_json(params["path"])
+    kept = {key: started[key] for key in ("launcher", "world_size") if key in started}
     record = {
         "job_id": params["job_id"],
         **kept,

@@ -8,6 +8,10 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    read_text,
+    replace_text,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
     job_name,
     preflight_problems,
@@ -138,18 +142,11 @@ def write_script(module: AnsibleModule) -> tuple[str, bool]:
     except (KeyError, ValueError) as err:
         module.fail_json(msg=f"cannot write the batch script: {err}")
     path = params["script"]
-    try:
-        with open(path) as current:
-            if current.read() == text:
-                return text, False
-    except OSError:
-        pass
+    if read_text(path) == text:
+        return text, False
     if not module.check_mode:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.partial", "w") as handle:
-            handle.write(text)
-        os.chmod(f"{path}.partial", 0o755)
-        os.replace(f"{path}.partial", path)
+        replace_text(path, text, mode=0o755)
     return text, True
 
 

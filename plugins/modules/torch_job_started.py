@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import write_json
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    read_json,
+    write_json,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.attempts import (
+    attempt_argument_spec,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_started
@@ -20,23 +24,6 @@ description:
     attempt ends, torch_job_record replaces the entry with its outcome.
   - Attempt 1 starts the file anew.
 options:
-  path:
-    description: The attempts file.
-    type: path
-    required: true
-  job_id:
-    description: The job's id.
-    type: str
-    required: true
-  attempt:
-    description: This attempt's number, from 1.
-    type: int
-    required: true
-  nodes:
-    description: This attempt's nodes, in rank order (the first is the master).
-    type: list
-    elements: str
-    required: true
   launcher:
     description: How the job runs (systemd or slurm).
     type: str
@@ -45,10 +32,8 @@ options:
     description: The attempt's processes in all.
     type: int
     default: 0
-  max_restarts:
-    description: How many times the job may start again after a failure.
-    type: int
-    default: 0
+extends_documentation_fragment:
+  - torch_cluster.cluster.job_attempt
 """
 
 RETURN = r"""
@@ -62,24 +47,14 @@ path:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "required": True},
-            "job_id": {"type": "str", "required": True},
-            "attempt": {"type": "int", "required": True},
-            "nodes": {"type": "list", "elements": "str", "required": True},
+            **attempt_argument_spec(),
             "launcher": {"type": "str", "default": "systemd"},
             "world_size": {"type": "int", "default": 0},
-            "max_restarts": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
     p = module.params
-    previous = []
-    if p["attempt"] > 1 and os.path.exists(p["path"]):
-        try:
-            with open(p["path"]) as handle:
-                previous = json.load(handle).get("attempts", [])
-        except (OSError, ValueError):
-            previous = []
+    previous = read_json(p["path"]).get("attempts", []) if p["attempt"] > 1 else []
     attempts = [entry for entry in previous if int(entry.get("number", 0)) < p["attempt"]]
     attempts.append(
         {

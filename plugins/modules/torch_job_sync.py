@@ -13,6 +13,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import open_files
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import (
     SSH_OPTIONS,
+    on_node,
     ssh_argv,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.sync import (
@@ -53,7 +54,7 @@ description:
     that lacks a file of it, in the same doubling rounds, so that a sender outside the cluster
     (the controller) sends it to one node only. Fails, naming the node, when one cannot be
     sent to.
-  - No deletion ever travels: a file removed on one node comes back from another.
+  - "No deletion ever travels: a file removed on one node comes back from another."
 options:
   phase:
     description: before, during or after an attempt; or spread (staging).
@@ -141,11 +142,6 @@ def run(argv: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 127, "", str(error))
 
 
-def on(address: str | None, argv: list[str]) -> list[str]:
-    """argv run on the node at address (None: here, on the master)."""
-    return argv if address is None else ssh_argv(address, argv)
-
-
 def rsync(timeout: int, *args: str) -> list[str]:
     """rsync over the nodes' SSH trust, in the C locale (its --stats figures are then plain)."""
     ssh = shlex.join(["ssh", *SSH_OPTIONS])
@@ -170,7 +166,7 @@ class Sync:
 
     def list_all(self, names: list[str]) -> dict[str, dict]:
         def listing(name: str) -> dict | None:
-            done = run(on(self.address(name), ["python3", "-c", LIST_SCRIPT, self.folder]))
+            done = run(on_node(self.address(name), ["python3", "-c", LIST_SCRIPT, self.folder]))
             try:
                 return json.loads(done.stdout) if done.returncode == 0 else None
             except ValueError:
@@ -205,7 +201,7 @@ class Sync:
                 f"{self.folder}/",
             )
         elif files is not None:  # some files, from any node that has them
-            argv = on(
+            argv = on_node(
                 self.address(sender),
                 rsync(
                     self.timeout,
@@ -216,7 +212,7 @@ class Sync:
             )
         else:
             source = f"{self.folder}/"
-            argv = on(
+            argv = on_node(
                 self.address(sender),
                 rsync(self.timeout, source, f"{self.nodes[receiver]}:{self.folder}/"),
             )

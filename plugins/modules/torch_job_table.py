@@ -17,7 +17,7 @@ DOCUMENTATION = r"""
 module: torch_job_table
 short_description: List the cluster's torch jobs from the launcher's records and the nodes
 description:
-  - Reads each job's C(attempts.json) in I(runs_dir) (the launcher's record on the controller:
+  - Reads each job's C(attempts.json) in I(runs_dir) (the launcher's record on the controller;
     an attempt is "running" from its start until its outcome replaces it) and what each node
     holds (torch_job_list), and makes one row a job (listing.job_rows).
   - Read-only; runs in check mode too.
@@ -38,7 +38,7 @@ options:
 
 RETURN = r"""
 jobs:
-  description: One row a job (listing.JobRow: job_id, state, nodes, attempt, progress, ...).
+  description: One row a job (listing.JobRow) with its job_id, state, nodes, attempt, progress, ...
   type: list
   returned: always
 table:

@@ -11,6 +11,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.digests import (
     tree_digest,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    read_text,
+    replace_text,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc import (
     job_processes,
     port_listeners,
@@ -279,19 +283,6 @@ def read_tail(path: str, start: int) -> str:
         return ""
 
 
-def write_if_changed(path: str, content: str) -> None:
-    try:
-        with open(path) as current:
-            if current.read() == content:
-                return
-    except OSError:
-        pass
-    with open(f"{path}.partial", "w") as handle:
-        handle.write(content)
-    os.chmod(f"{path}.partial", 0o644)
-    os.replace(f"{path}.partial", path)
-
-
 def systemd_run(params: dict) -> list[str]:
     argv = [
         "systemd-run",
@@ -379,8 +370,8 @@ def prepare(params: dict) -> int:
         if not os.path.isdir(folder):
             make_folder(folder, user)
     log_start = os.path.getsize(log) if os.path.exists(log) else 0
-    if params["wrapper"]:
-        write_if_changed(params["wrapper"], RECORD_WRAPPER)
+    if params["wrapper"] and read_text(params["wrapper"]) != RECORD_WRAPPER:
+        replace_text(params["wrapper"], RECORD_WRAPPER, mode=0o644)
     if params["header"]:
         with open(log, "a") as handle:
             handle.write(params["header"].rstrip("\n") + "\n")

@@ -8,7 +8,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import ssh_argv
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import on_node
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.follow import FollowBuffer
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use import (
     gpu_poll_script,
@@ -20,6 +20,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.log_read
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import (
     last_lines,
+    progress_argument_spec,
     progress_matcher,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
@@ -73,15 +74,6 @@ options:
     description: Where in the log this round's reading starts.
     type: int
     default: 0
-  progress_prefixes:
-    description: Lines that start with one of these count as progress.
-    type: list
-    elements: str
-    default: []
-  progress_regex:
-    description: Lines that match this regular expression count as progress too.
-    type: str
-    default: ""
   tail_lines:
     description: Lines of each failed node's log returned.
     type: int
@@ -136,6 +128,8 @@ options:
     description: The batch job's output file on its batch host (C(%j) is the Slurm job id).
     type: str
     default: ""
+extends_documentation_fragment:
+  - torch_cluster.cluster.progress_lines
 """
 
 RETURN = r"""
@@ -202,9 +196,8 @@ ANSWER_TIMEOUT = 8
 
 def run(address: str | None, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """argv here (address None) or on the node at address."""
-    command = argv if address is None else ssh_argv(address, argv)
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=ANSWER_TIMEOUT, check=False
+        on_node(address, argv), capture_output=True, text=True, timeout=ANSWER_TIMEOUT, check=False
     )
 
 
@@ -289,8 +282,7 @@ def main() -> None:
             "self_name": {"type": "str", "required": True},
             "log": {"type": "path", "required": True},
             "offset": {"type": "int", "default": 0},
-            "progress_prefixes": {"type": "list", "elements": "str", "default": []},
-            "progress_regex": {"type": "str", "default": ""},
+            **progress_argument_spec(),
             "tail_lines": {"type": "int", "default": 30},
             "wait": {"type": "float", "default": 25},
             "poll": {"type": "float", "default": 2},

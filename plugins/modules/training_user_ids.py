@@ -10,6 +10,7 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_text
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.training_user import (
     gpu_access,
     node_ids,
@@ -84,14 +85,6 @@ EXAMPLES = r"""
 """
 
 
-def read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
 def group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
@@ -135,7 +128,7 @@ def main() -> None:
         groups.append((found_group.gr_name, found_group.gr_gid))
     except KeyError:
         pass
-    local = {entry[0] for entry in parse_passwd(read("/etc/passwd"))}
+    local = {entry[0] for entry in parse_passwd(read_text("/etc/passwd"))}
     ids = node_ids(name, users, groups, local)
     devices = gpu_devices()
     access = gpu_access(name, module.params["gpu_groups"], ids["groups"], devices)

@@ -16,7 +16,7 @@ description:
   - Staging over the nodes' trust (torch_job_sync phase=spread) lands the wheelhouse in a
     folder of the training user's. Root must not install what that user could have changed
     (one node's compromised user would reach root on every node), so every file is moved into
-    root's own folder (no copy: a rename), made root's and read-only to others, refused while
+    root's own folder (no copy, a rename), made root's and read-only to others, refused while
     any process still holds it open (a writer that opened it before could change it), and
     checked against the controller's checksums there; pip installs from that folder only.
   - C(state=manifest) (on the controller) returns the SHA-256 of every file of I(src).

@@ -1,24 +1,52 @@
-"""Records on disk: a JSON record replaced at once (a reader never sees half of it), and the end of
-a log. Standard library only: it runs on the nodes' system Python (3.9 on EL9) and on the
-controller.
+"""Files on disk: a JSON record replaced at once (a reader never sees half of it) and read back, a
+file's text, and the end of a log. Standard library only: it runs on the nodes' system Python
+(3.9 on EL9) and on the controller.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 # How much of the end of a node's log the job list reads.
 TAIL_BYTES = 256 * 1024
 
 
-def write_json(path: str, data: object) -> None:
-    """Replace a record at once (a reader, jobs.yml included, never sees half of it)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def replace_text(path: str, text: str, mode: int | None = None) -> None:
+    """Replace a file's text at once (a reader never sees half of it); with mode, its
+    permissions too. Its folder must exist."""
     with open(f"{path}.partial", "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
+        handle.write(text)
+    if mode is not None:
+        os.chmod(f"{path}.partial", mode)
     os.replace(f"{path}.partial", path)
+
+
+def write_json(path: str, data: object) -> None:
+    """Replace a record at once (a reader, jobs.yml included, never sees half of it), its
+    folder made where missing."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    replace_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def read_json(path: str) -> Any:
+    """The JSON record at path; {} where it is missing, cannot be read or is not JSON."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def read_text(path: str, encoding: str | None = None, errors: str = "strict") -> str:
+    """A file's text; '' where it is missing or cannot be read. errors="replace" for a file
+    that may hold bytes that are not text (open's encoding and errors)."""
+    try:
+        with open(path, encoding=encoding, errors=errors) as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def read_tail(path: str, size: int = TAIL_BYTES) -> str:

@@ -5,6 +5,8 @@ only: it runs on the nodes' system Python (3.9 on EL9) and on the controller.
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 from collections.abc import Sequence
 
@@ -31,3 +33,14 @@ SSH_SHARED = (
 def ssh_argv(address: str, argv: Sequence[str], shared: bool = True) -> list[str]:
     """The command that runs argv on the node at address (one shell word per argument)."""
     return ["ssh", *SSH_OPTIONS, *(SSH_SHARED if shared else ()), address, shlex.join(argv)]
+
+
+def on_node(address: str | None, argv: list[str]) -> list[str]:
+    """The command that runs argv here (address None) or on the node at address."""
+    return argv if address is None else ssh_argv(address, argv)
+
+
+def runuser_prefix(user: str) -> list[str]:
+    """The prefix that runs a command as user, whose SSH trust reaches the peers (none when
+    this process runs as that user already)."""
+    return [] if pwd.getpwuid(os.geteuid()).pw_name == user else ["runuser", "-u", user, "--"]

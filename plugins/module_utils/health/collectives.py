@@ -171,20 +171,14 @@ def collective_findings(
     fraction_of_median: float,
 ) -> list[Finding]:
     """Slow nodes first (all their sends or receives slow), then slow directions and pairs."""
-    directions = bandwidth_findings(
-        figures["directions"],
-        baseline.get("directions", {}),
-        fraction_of_baseline,
-        fraction_of_median,
-        "one way",
-    )
-    pairs = bandwidth_findings(
-        figures["pairs"],
-        baseline.get("pairs", {}),
-        fraction_of_baseline,
-        fraction_of_median,
-        "all_reduce busbw",
-    )
+
+    def against_baseline(key: str, what: str) -> list[Finding]:
+        return bandwidth_findings(
+            figures[key], baseline.get(key, {}), fraction_of_baseline, fraction_of_median, what
+        )
+
+    directions = against_baseline("directions", "one way")
+    pairs = against_baseline("pairs", "all_reduce busbw")
     group = {}
     if figures["group"] and baseline.get("group"):
         group = {"the whole group": figures["group"][-1]["busbw"]}

@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import read_text
+
 
 def _read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
+    """A sysfs attribute's value; '' where there is none."""
+    return read_text(path).strip()
 
 
 def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, Any]]:

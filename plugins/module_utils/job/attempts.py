@@ -1,6 +1,6 @@
-"""One attempt of a job (one start of its units) and how it ended, as attempts.json records it, and
-what the nodes' stops said of it. Standard library only: it runs on the nodes' system Python
-(3.9 on EL9) and on the controller.
+"""One attempt of a job (one start of its units) and how it ended, as attempts.json records it, the
+options that name it there, and what the nodes' stops said of it. Standard library only: it runs
+on the nodes' system Python (3.9 on EL9) and on the controller.
 """
 
 from __future__ import annotations
@@ -53,6 +53,18 @@ class Attempt:
     @property
     def first_failure(self) -> RankFailure | None:
         return RankFailure(**self.failures[0]) if self.failures else None
+
+
+def attempt_argument_spec() -> dict[str, dict[str, Any]]:
+    """The options that name an attempt in the job's attempts file (torch_job_started,
+    torch_job_record), as the doc fragment torch_cluster.cluster.job_attempt documents them."""
+    return {
+        "path": {"type": "path", "required": True},
+        "job_id": {"type": "str", "required": True},
+        "attempt": {"type": "int", "required": True},
+        "nodes": {"type": "list", "elements": "str", "required": True},
+        "max_restarts": {"type": "int", "default": 0},
+    }
 
 
 def teardown_problems(teardown: Mapping[str, Mapping[str, object]]) -> tuple[list[str], list[str]]:

@@ -78,20 +78,22 @@ def input_problems(inputs: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def one_or_more(inputs: Mapping[str, Any], name: str, unit: str = "", why: str = "") -> list[str]:
+    """The input `name` (1 where unset) unless it is a whole number, 1 or more: the sentence,
+    with what it counts (`unit`) and what it is for (`why`) where given."""
+    value = str(inputs.get(name, "1"))
+    if value.isdigit() and int(value) >= 1:
+        return []
+    counts = f" of {unit}" if unit else ""
+    return [f"{name} must be a whole number{counts}, 1 or more (got {value!r}){why}"]
+
+
 def watch_problems(inputs: Mapping[str, Any]) -> list[str]:
     """The watch's own inputs: how often it shows progress, how many lines it follows."""
-    problems = []
-    interval = str(inputs.get("train_watch_interval", "1"))
-    if not interval.isdigit() or int(interval) < 1:
-        problems.append(
-            f"train_watch_interval must be a whole number of seconds, 1 or more (got {interval!r})"
-        )
-    lines = str(inputs.get("train_follow_max_lines", "1"))
-    if not lines.isdigit() or int(lines) < 1:
-        problems.append(
-            f"train_follow_max_lines must be a whole number of lines, 1 or more (got {lines!r})"
-        )
-    return problems
+    return [
+        *one_or_more(inputs, "train_watch_interval", "seconds"),
+        *one_or_more(inputs, "train_follow_max_lines", "lines"),
+    ]
 
 
 def confinement_problems(inputs: Mapping[str, Any]) -> list[str]:
@@ -112,13 +114,12 @@ def confinement_problems(inputs: Mapping[str, Any]) -> list[str]:
 
 def output_problems(inputs: Mapping[str, Any]) -> list[str]:
     """Where the job's output folder is, and how many copies of it are kept."""
-    problems = []
-    copies = str(inputs.get("train_output_copies", "1"))
-    if not copies.isdigit() or int(copies) < 1:
-        problems.append(
-            f"train_output_copies must be a whole number, 1 or more (got {copies!r}): without a "
-            "shared folder, the master's output folder is copied to that many other nodes"
-        )
+    problems = one_or_more(
+        inputs,
+        "train_output_copies",
+        why=": without a shared folder, the master's output folder is copied to that many other "
+        "nodes",
+    )
     shared = str(inputs.get("train_shared_dir", "auto"))
     if shared not in ("auto", "") and not shared.startswith("/"):
         problems.append(
@@ -161,10 +162,7 @@ def node_loss_problems(inputs: Mapping[str, Any]) -> list[str]:
             "train_min_nodes and train_spare_group work with train_launcher=systemd: through "
             "Slurm, a job runs on the nodes Slurm gives it (see Slurm's --requeue)"
         )
-    nofile = str(inputs.get("train_limit_nofile", "1"))
-    if not nofile.isdigit() or int(nofile) < 1:
-        problems.append(f"train_limit_nofile must be a whole number, 1 or more (got {nofile!r})")
-    return problems
+    return problems + one_or_more(inputs, "train_limit_nofile")
 
 
 def launch_problems(inputs: Mapping[str, Any]) -> list[str]:

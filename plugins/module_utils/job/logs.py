@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # torchrun tees each worker's output into the node's log with this prefix (the launcher sets
 # it through TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE); torch adds its own "[rankN]:" to the
@@ -32,6 +33,15 @@ def progress_matcher(prefixes: Sequence[str], regex: str = "") -> Callable[[str]
         return bool(starts and line.startswith(starts)) or bool(pattern and pattern.search(line))
 
     return matches
+
+
+def progress_argument_spec() -> dict[str, dict[str, Any]]:
+    """The options that feed progress_matcher (torch_job_list, torch_job_watch), as the doc
+    fragment torch_cluster.cluster.progress_lines documents them."""
+    return {
+        "progress_prefixes": {"type": "list", "elements": "str", "default": []},
+        "progress_regex": {"type": "str", "default": ""},
+    }
 
 
 def last_lines(text: str, lines: int) -> str:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.node_paths import GPU_DIR
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_properties import (
     PROC_LIMITS,
     limit_properties,
@@ -18,7 +19,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_pro
 
 
 def gpu_device_nodes_command(
-    gpu_dir: str = "/proc/driver/nvidia/gpus",
+    gpu_dir: str = GPU_DIR,
     uvm: str = "/dev/nvidia-uvm",
     modprobe: str | None = None,
 ) -> list[str]:

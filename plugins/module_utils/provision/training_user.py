@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import re
 import stat
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # useradd(8): "begin with a lower case letter or an underscore, followed by lower case letters,
 # digits, underscores, or dashes", at most 32 characters. The portable subset of what Debian's
@@ -80,32 +83,30 @@ def _clean_absolute(path: str) -> bool:
     )
 
 
-def parse_passwd(text: str) -> list[tuple[str, int, int, str]]:
-    """/etc/passwd as (name, uid, gid, home), without comments, NIS lines or broken lines."""
+def _entries(text: str, width: int, entry: Callable[[list[str]], T]) -> list[T]:
+    """Each line of a colon-separated database (/etc/passwd, /etc/group) that has its `width`
+    fields, as `entry` reads them; without comments, NIS lines or broken lines (a number that
+    is not one)."""
     entries = []
     for line in text.splitlines():
         fields = line.split(":")
-        if len(fields) != 7 or line.startswith(("#", "+", "-")):
+        if len(fields) != width or line.startswith(("#", "+", "-")):
             continue
         try:
-            entries.append((fields[0], int(fields[2]), int(fields[3]), fields[5]))
+            entries.append(entry(fields))
         except ValueError:
             continue
     return entries
+
+
+def parse_passwd(text: str) -> list[tuple[str, int, int, str]]:
+    """/etc/passwd as (name, uid, gid, home), without comments, NIS lines or broken lines."""
+    return _entries(text, 7, lambda fields: (fields[0], int(fields[2]), int(fields[3]), fields[5]))
 
 
 def parse_group(text: str) -> list[tuple[str, int]]:
     """/etc/group as (name, gid)."""
-    entries = []
-    for line in text.splitlines():
-        fields = line.split(":")
-        if len(fields) != 4 or line.startswith(("#", "+", "-")):
-            continue
-        try:
-            entries.append((fields[0], int(fields[2])))
-        except ValueError:
-            continue
-    return entries
+    return _entries(text, 4, lambda fields: (fields[0], int(fields[2])))
 
 
 def node_ids(

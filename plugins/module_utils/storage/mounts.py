@@ -7,10 +7,13 @@ and on the controller.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.node_paths import (
+    local_fact,
+)
 
 # The network part of a Lustre NID ("10.0.0.1@tcp", "mgs@o2ib1"), which is no user@host.
 _LNET = re.compile(r"^(tcp|o2ib|kfi|gni)[0-9]*(:|$)")
@@ -136,10 +139,4 @@ def resolve_shared_dir(given: str, fact: str) -> str:
     """The shared folder a job or a check uses: `given` (train_shared_dir, check_shared_dir),
     where "auto" is the path in the shared_storage role's local fact on this node (none when
     the node has no such fact) and "" is none."""
-    if given != "auto":
-        return given
-    try:
-        with open(fact) as handle:
-            return str(json.load(handle).get("path", ""))
-    except (OSError, ValueError, AttributeError):
-        return ""
+    return given if given != "auto" else local_fact(fact, "path")

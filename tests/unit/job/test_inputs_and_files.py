@@ -26,7 +26,10 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc 
     port_listeners,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import ssh_argv
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import (
+    input_problems,
+    one_or_more,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.log_reader import (
     LogScan,
     scan_log,
@@ -85,6 +88,23 @@ def test_each_bad_input_is_named_alone(name: str) -> None:
     assert words in problems[0]
     others = [other for other in BAD if other != name]
     assert not any(other in problems[0] for other in others)
+
+
+@pytest.mark.parametrize("value", ["1", "3", 3])
+def test_a_count_of_one_or_more_passes(value: object) -> None:
+    assert one_or_more({"train_limit_nofile": value}, "train_limit_nofile") == []
+    assert one_or_more({}, "train_limit_nofile") == []  # unset: 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_count_below_one_is_named_with_its_unit_and_why(value: str) -> None:
+    problems = one_or_more({"copies": value}, "copies", "nodes", ": one keeps the output")
+    assert problems == [
+        f"copies must be a whole number of nodes, 1 or more (got {value!r}): one keeps the output"
+    ]
+    assert one_or_more({"copies": value}, "copies") == [
+        f"copies must be a whole number, 1 or more (got {value!r})"
+    ]
 
 
 def test_root_as_the_training_user_is_refused_unless_allowed() -> None:
