@@ -24,6 +24,9 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use 
     gpu_csv_rows,
     gpu_summary,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.restarts import (
+    training_started,
+)
 
 display = Display()
 
@@ -204,6 +207,23 @@ class _Screen:
         self.next = time.monotonic() + self.every
 
 
+class _StartUp:
+    """What shows that the job got past its start-up, whatever it prints: rank 0's progress
+    line, or a file the job wrote in the master's output folder since the start (as of the start
+    when the node could read the folder then, torch_job_unit's output_newest, else as of the
+    first round)."""
+
+    def __init__(self, output_since: int) -> None:
+        self.output_since = output_since
+        self.progress_seen = self.output_written = False
+
+    def tick(self, seen: dict) -> None:
+        self.progress_seen = self.progress_seen or bool(seen.get("progress"))
+        self.output_written = self.output_written or bool(seen.get("output_written"))
+        if self.output_since < 0:
+            self.output_since = int(seen.get("output_newest", -1))
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -229,7 +249,8 @@ class ActionModule(ActionBase):
         # Rank 0's output of this attempt starts where the master's log ended before it.
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
-        progress, latest, progress_seen, misses, quiet = "", "", False, 0, 0.0
+        progress, latest, misses, quiet = "", "", 0, 0.0
+        start_up = _StartUp(int(started_units.get(master, {}).get("output_newest", -1)))
         # Without a shared folder, the master's settled files are copied to other nodes
         # while the job runs (torch_job_sync phase=during), so that losing the master
         # loses no more than one interval of checkpoints.
@@ -239,14 +260,16 @@ class ActionModule(ActionBase):
         queue = _QueueClock()
         screen = _Screen(own, interval)
         while True:
-            try:
-                seen = self._execute_module(
-                    module_name="torch_job_watch",
-                    module_args={**args, **screen.round_args, "offset": offset, "quiet_for": quiet},
-                    task_vars=task_vars,
-                )
-            except AnsibleConnectionFailure as err:
-                seen = {"unreachable": True, "msg": str(err)}
+            seen = self._round(
+                {
+                    **args,
+                    **screen.round_args,
+                    "offset": offset,
+                    "quiet_for": quiet,
+                    "output_since": start_up.output_since,
+                },
+                task_vars,
+            )
             if seen.get("unreachable") or seen.get("failed"):
                 misses += 1
                 if seen.get("failed") or misses >= MASTER_MISSES:
@@ -258,8 +281,8 @@ class ActionModule(ActionBase):
             queue.tick(seen)
             elapsed = time.monotonic() - started - queue.seconds
             offset, quiet = seen["offset"], float(seen.get("quiet_for") or 0)
-            if seen["progress"]:
-                progress, progress_seen = seen["progress"], True
+            progress = seen["progress"] or progress
+            start_up.tick(seen)
             # Without a progress line yet, rank 0's latest line shows the job is alive.
             latest = seen.get("last_line") or latest
             screen.lines(seen)
@@ -283,14 +306,30 @@ class ActionModule(ActionBase):
             progress=progress,
             seconds=round(seconds, 1),
             queued_seconds=round(queue.seconds, 1),
-            # A failure after the first progress line, or after the start-up window, is a
-            # failure of training: worth a restart from the checkpoint. One before is not.
-            training_started=progress_seen or seconds >= startup_timeout,
+            # A failure once training has started is worth a restart from the checkpoint; one
+            # at start-up is not (job/restarts.py).
+            training_started=training_started(
+                start_up.progress_seen,
+                start_up.output_written,
+                seconds,
+                startup_timeout,
+            ),
+            output_written=start_up.output_written,
             error=seen.get("error", ""),
             copies_during=copier.done,
             gpu_rows=screen.gpu_rows,
         )
         return result
+
+    def _round(self, module_args: dict, task_vars: dict) -> dict:
+        """One round of the watch module on the master; a lost connection is an unreachable
+        round."""
+        try:
+            return self._execute_module(
+                module_name="torch_job_watch", module_args=module_args, task_vars=task_vars
+            )
+        except AnsibleConnectionFailure as err:
+            return {"unreachable": True, "msg": str(err)}
 
     def _reset_connection(self) -> None:
         with contextlib.suppress(AttributeError, AnsibleConnectionFailure):

@@ -12,6 +12,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.diges
     tree_digest,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    newest_mtime_ns,
     read_text,
     replace_text,
 )
@@ -30,6 +31,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.result_f
     matching_files,
     rsync_filters,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.sync import INCOMING
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_probe import (
     gpu_device_nodes_command,
 )
@@ -201,6 +203,11 @@ command:
   returned: when state is started or prepared
 log_start:
   description: Size of the log before the start, where this run's output begins.
+  type: int
+  returned: when state is started or prepared
+output_newest:
+  description: The newest modification time (ns) of the files in I(working_directory) before
+    the start (0 for none, -1 when it cannot be read); a newer file is one the job wrote.
   type: int
   returned: when state is started or prepared
 was:
@@ -381,6 +388,13 @@ def prepare(params: dict) -> int:
     return log_start
 
 
+def output_newest(folder: str) -> int:
+    """When the job's output folder last changed, before the start (-1: it cannot be read here):
+    a file newer than that is one the job wrote (torch_job_watch's output_written)."""
+    newest = newest_mtime_ns(folder, skip=(INCOMING,))
+    return -1 if newest is None else newest
+
+
 def prepare_or_fail(module: AnsibleModule) -> int:
     try:
         return prepare(module.params)
@@ -415,7 +429,12 @@ def start(module: AnsibleModule) -> None:
             module.exit_json(changed=True, command=params["command"], log_start=0)
         clear(module, params["name"], props)
         log_start = prepare_or_fail(module)
-        module.exit_json(changed=True, command=params["command"], log_start=log_start)
+        module.exit_json(
+            changed=True,
+            command=params["command"],
+            log_start=log_start,
+            output_newest=output_newest(params["working_directory"]),
+        )
     argv = systemd_run(params)
     if module.check_mode:
         module.exit_json(changed=True, command=argv, log_start=0)
@@ -426,10 +445,11 @@ def start(module: AnsibleModule) -> None:
         rc, out, err = module.run_command(devices)
         if rc != 0:
             module.fail_json(msg=f"{' '.join(devices)} failed: {(err or out).strip()}")
+    newest = output_newest(params["working_directory"])
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)
-    module.exit_json(changed=True, command=argv, log_start=log_start)
+    module.exit_json(changed=True, command=argv, log_start=log_start, output_newest=newest)
 
 
 def stop(module: AnsibleModule) -> None:

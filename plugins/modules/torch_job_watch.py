@@ -8,6 +8,9 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    newest_mtime_ns,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import on_node
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.follow import FollowBuffer
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use import (
@@ -28,6 +31,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm im
     node_states,
     parse_scontrol,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.sync import INCOMING
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
     RUNNING,
     SHOW_TIMESTAMPS,
@@ -117,6 +121,15 @@ options:
         the round's first poll, in the same SSH round trip as its unit's state.
     type: bool
     default: false
+  output_dir:
+    description: The job's output folder on this node; empty not to look at it.
+    type: path
+    default: ""
+  output_since:
+    description: The newest modification time (ns) of its files before the attempt started
+      (torch_job_unit's output_newest); -1 when unknown.
+    type: int
+    default: -1
   slurm_job_id:
     description:
       - The job runs in Slurm (train_launcher=slurm) as this Slurm job. Its state comes from
@@ -133,6 +146,16 @@ extends_documentation_fragment:
 """
 
 RETURN = r"""
+output_newest:
+  description: The newest modification time (ns) of the output folder's files (0 for none, -1
+    when it cannot be read).
+  type: int
+  returned: always
+output_written:
+  description: Whether a file of the output folder is newer than I(output_since), so the job
+    wrote it during this attempt.
+  type: bool
+  returned: always
 job:
   description: running, succeeded, failed, stopped (by stop.yml), timed out or stalled.
   type: str
@@ -294,6 +317,8 @@ def main() -> None:
             "follow": {"type": "int", "default": 0},
             "min_wait": {"type": "float", "default": 1},
             "gpus": {"type": "bool", "default": False},
+            "output_dir": {"type": "path", "default": ""},
+            "output_since": {"type": "int", "default": -1},
         },
         supports_check_mode=True,
     )
@@ -357,8 +382,12 @@ def main() -> None:
         tails = dict(zip(readable, logs))
 
     rank0.read()
+    newest = newest_mtime_ns(params["output_dir"], skip=(INCOMING,)) if params["output_dir"] else 0
+    since = params["output_since"]
     module.exit_json(
         changed=False,
+        output_newest=-1 if newest is None else newest,
+        output_written=bool(newest) and since >= 0 and newest > since,
         job=seen.verdict.job,
         nodes={name: state.as_dict() for name, state in seen.states.items()},
         failed_nodes=bad,

@@ -187,6 +187,8 @@ def job_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:
         "train_data_src": str(DATA),
         "train_watch_interval": 5,
         "train_extra_args": list(args),
+        # The example trainer continues from its checkpoint with --resume (jobs/example.yml).
+        "train_resume_args": ["--resume"],
         **extra,
     }
 

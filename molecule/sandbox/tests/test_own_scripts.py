@@ -26,14 +26,55 @@ SAVED = re.compile(r"^\[rank0\]: Epoch (\d+) \| Training snapshot saved at snaps
 
 
 def own_script(job: Job, code: Path, script: str, args: list[str], **extra: object) -> dict:
+    """A user's script: none of the example trainer's settings (its --resume) but the data."""
     return job_vars(
         job,
         train_code_dir=str(code),
         train_script=script,
         train_script_args=args,
         train_watch_interval=3,
-        **extra,
+        **{"train_resume_args": [], **extra},
     )
+
+
+def test_a_tutorial_script_killed_mid_run_restarts_and_resumes_with_only_max_restarts_set(
+    playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    """The tutorial-style script as its author wrote it: its own argparse (no --resume) and its
+    own lines (neither a progress prefix nor a regex matches them). Nothing but
+    train_max_restarts=1 is set: the snapshot it wrote into its output folder shows that it got
+    past its start-up, and the restart adds no argument to its command line."""
+    extra = {
+        "job_id": job.job_id,
+        "train_code_dir": str(EXAMPLES),
+        "train_script": "snapshot_ddp.py",
+        "train_script_args": ["6", "1", *TUTORIAL_ARGS],
+        "train_max_restarts": 1,
+    }
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(members[0], SAVED.pattern)
+        victim = members[1]
+        job.kill_workers(victim)
+        outcome = running.wait(timeout=300)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    assert "restarting the whole job from its checkpoint (restart 1 of 1)" in outcome.output
+    assert "failed at start-up" not in outcome.output
+    second = [job.log(node).split("attempt 2,")[-1] for node in members]
+    resumed = {
+        int(rank): int(epoch)
+        for run in second
+        for rank, epoch in re.findall(
+            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", run, re.M
+        )
+    }
+    # One process a node (the sandbox's CPU nodes): every rank resumed from the same snapshot.
+    assert sorted(resumed) == list(range(len(members))), resumed
+    assert len(set(resumed.values())) == 1, resumed
+    assert resumed[0] >= 1, resumed
+    assert "[rank0]: Epoch 6 | Training snapshot saved" in second[0]
 
 
 @pytest.mark.parametrize("shared", [SHARED_DIR, ""], ids=["shared folder", "no shared folder"])

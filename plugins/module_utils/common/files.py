@@ -1,12 +1,14 @@
 """Files on disk: a JSON record replaced at once (a reader never sees half of it) and read back, a
-file's text, and the end of a log. Standard library only: it runs on the nodes' system Python
-(3.9 on EL9) and on the controller.
+file's text, the end of a log, and when a folder's files last changed. Standard library only: it
+runs on the nodes' system Python (3.9 on EL9) and on the controller.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+from collections.abc import Sequence
 from typing import Any
 
 # How much of the end of a node's log the job list reads.
@@ -60,3 +62,24 @@ def read_tail(path: str, size: int = TAIL_BYTES) -> str:
         return ""
     text = data.decode(errors="replace")
     return text if end <= size else text.partition("\n")[2]
+
+
+def newest_mtime_ns(folder: str, skip: Sequence[str] = ()) -> int | None:
+    """The newest modification time (ns) of the regular files under folder, those under a
+    folder named in `skip` left out; 0 when it holds none (or is missing), None when it cannot
+    be read."""
+    if not os.path.isdir(folder):
+        return 0
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return None
+    newest = 0
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [name for name in dirs if name not in skip]
+        for name in names:
+            try:
+                found = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(found.st_mode):
+                newest = max(newest, found.st_mtime_ns)
+    return newest

@@ -23,6 +23,17 @@ def time_left(timeout: int, started_at: float, now: float) -> int:
     return max(0, int(timeout - (now - started_at)))
 
 
+def training_started(
+    progress_seen: bool, output_written: bool, seconds: float, startup_timeout: float
+) -> bool:
+    """Whether an attempt got past its start-up, judged by what every script has: rank 0
+    printed a progress line (train_progress_prefixes, train_progress_regex), or the job wrote a
+    file in its output folder since the attempt began (a checkpoint, a snapshot), or it ran for
+    train_startup_timeout seconds. A failure before that (a bad argument, a missing file, an
+    import error) would fail a restart the same way."""
+    return progress_seen or output_written or seconds >= startup_timeout
+
+
 def decide_restart(
     attempt: Attempt,
     max_restarts: int,
@@ -58,8 +69,9 @@ def decide_restart(
         ),
         (
             not attempt.training_started and not lost,
-            "it failed at start-up (before rank 0 printed a progress line, within "
-            f"train_startup_timeout={startup_timeout} s): a restart would fail the same way",
+            "it failed at start-up (before rank 0 printed a progress line or the job wrote a "
+            f"file in its output folder, within train_startup_timeout={startup_timeout} s): a "
+            "restart would fail the same way",
         ),
         (
             attempt.number > max_restarts,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
+    newest_mtime_ns,
     read_json,
     read_text,
     replace_text,
@@ -55,3 +56,20 @@ def test_a_file_is_replaced_at_once_with_its_mode(tmp_path: Path) -> None:
     assert path.read_text() == "#!/bin/bash\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o755
     assert os.listdir(tmp_path) == ["job.sbatch"]  # no .partial left behind
+
+
+def test_a_folders_newest_file_time_leaves_out_the_skipped_folders(tmp_path: Path) -> None:
+    assert newest_mtime_ns(str(tmp_path / "missing")) == 0
+    assert newest_mtime_ns(str(tmp_path)) == 0
+    (tmp_path / "old.pt").write_text("old")
+    os.utime(tmp_path / "old.pt", ns=(10**18, 10**18))
+    (tmp_path / "step-1").mkdir()
+    (tmp_path / "step-1" / "shard.distcp").write_text("new")
+    os.utime(tmp_path / "step-1" / "shard.distcp", ns=(2 * 10**18, 2 * 10**18))
+    (tmp_path / ".torch-cluster-incoming").mkdir()
+    (tmp_path / ".torch-cluster-incoming" / "copy.pt").write_text("copy")
+    os.utime(tmp_path / ".torch-cluster-incoming" / "copy.pt", ns=(3 * 10**18, 3 * 10**18))
+    (tmp_path / "link").symlink_to(tmp_path / ".torch-cluster-incoming" / "copy.pt")
+    assert newest_mtime_ns(str(tmp_path), skip=(".torch-cluster-incoming",)) == 2 * 10**18
+    assert newest_mtime_ns(str(tmp_path)) == 3 * 10**18
+

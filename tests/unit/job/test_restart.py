@@ -17,6 +17,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.messages
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.restarts import (
     decide_restart,
     time_left,
+    training_started,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import FAILED
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.watch import (
@@ -219,3 +220,27 @@ def test_a_start_up_failure_says_why_it_was_not_restarted() -> None:
 def test_without_restarts_asked_for_the_message_does_not_talk_of_them() -> None:
     plain = attempt(not_restarted_because="train_max_restarts is 0")
     assert "restart" not in report([plain]).lower()
+
+
+@pytest.mark.parametrize(
+    ("progress", "written", "seconds", "started"),
+    [
+        (False, False, 299, False),  # a bad argument, an import error: fails the same way again
+        (True, False, 5, True),  # rank 0 printed a progress line
+        (False, True, 5, True),  # a script with its own format wrote its snapshot
+        (False, False, 300, True),  # it ran past train_startup_timeout
+    ],
+)
+def test_training_has_started_by_a_progress_line_a_file_written_or_the_attempts_age(
+    progress: bool, written: bool, seconds: float, started: bool
+) -> None:
+    assert training_started(progress, written, seconds, 300) is started
+
+
+def test_a_start_up_failure_names_every_sign_it_lacked() -> None:
+    why = decide_restart(attempt(training_started=False), max_restarts=1, startup_timeout=300)
+    assert why == (
+        "it failed at start-up (before rank 0 printed a progress line or the job wrote a file in "
+        "its output folder, within train_startup_timeout=300 s): a restart would fail the same "
+        "way"
+    )
