@@ -183,6 +183,10 @@ def test_a_spare_takes_a_lost_nodes_place_and_the_world_size_stays(
     replug_cleanup: None,
 ) -> None:
     node0, node1, node2 = cluster
+    # The spare holds neither the code nor the data: the launch stages them on the spares too,
+    # not only on the nodes the job starts on, so that one can take a lost node's place.
+    gone = node2.host.run("rm -rf /var/lib/torch-cluster/code /var/lib/torch-cluster/data")
+    assert gone.rc == 0, gone.stderr
     extra = job_vars(job, *JOB, train_spare_group="extra_nodes", train_max_restarts=1)
     running = playbook.start("train.yml", extra, inventories=(three_nodes["all"],))
     try:

@@ -4,9 +4,10 @@ node's node_rank, and where the code and the data must go first.
 The training group (train_nodes: name -> cluster address, in inventory order) minus the spares
 (train_spare_group) is the job's first set of nodes; after a lost node, torch_job_record names the
 next attempt's nodes (job/lost_nodes.py), and this plans that attempt the same way. A node's
-node_rank is its index in the attempt's nodes, and the first is the master. Only the nodes of the
-job whose copies differ from the controller's get the code and the data; the code goes from node
-to node when it is large (train_code_spread_mb) and more than one node lacks it. Standard library
+node_rank is its index in the attempt's nodes, and the first is the master. Only the nodes whose
+copies differ from the controller's get the code and the data: the job's nodes, then the spares
+(one may take a lost node's place in any attempt); the code goes from node to node when it is
+large (train_code_spread_mb) and more than one node lacks it. Standard library
 only: it runs on the controller (the torch_job_plan action).
 """
 
@@ -27,9 +28,9 @@ class AttemptPlan:
     start_names: list[str]  # the nodes the job started on (train_nodes without the spares)
     spares: list[str]  # train_nodes in the spare group, in inventory order
     addresses: dict[str, str] = field(default_factory=dict)  # the attempt's nodes' addresses
-    code_hosts: list[str] = field(default_factory=list)  # the job's nodes that lack the code
+    code_hosts: list[str] = field(default_factory=list)  # nodes and spares that lack the code
     code_spreads: bool = False  # the code goes from node to node
-    data_hosts: list[str] = field(default_factory=list)  # the job's nodes that lack the data
+    data_hosts: list[str] = field(default_factory=list)  # nodes and spares that lack the data
     world_size: int = 0  # the ranks over the attempt's nodes (0: the nodes' nproc not known)
     gpus_per_node: int = 0  # the GPUs of each of the attempt's nodes; 0 when they differ
     resumes: bool = False  # the attempt continues from the checkpoint
@@ -59,7 +60,7 @@ def start_nodes(nodes: Sequence[str], spare_hosts: Sequence[str]) -> tuple[list[
 
 
 def lacking(names: Sequence[str], hosts: Sequence[str], current: Mapping[str, bool]) -> list[str]:
-    """The job's nodes, in rank order, that the play still runs on and whose copy differs from
+    """The nodes, in the given order, that the play still runs on and whose copy differs from
     the controller's (current[name] false)."""
     return [name for name in names if name in hosts and not current.get(name, False)]
 
@@ -95,8 +96,10 @@ def plan_attempt(
         raise ValueError(f"{', '.join(unknown)} not in train_nodes ({', '.join(nodes)})")
     checks = checks or {}
     checked = [checks[name] for name in names if checks.get(name)]
-    code_hosts = lacking(names, hosts, {n: bool(c.get("code_current")) for n, c in checks.items()})
-    data_hosts = lacking(names, hosts, {n: bool(c.get("data_current")) for n, c in checks.items()})
+    # The spares too: a spare that takes a lost node's place trains with these copies.
+    staged = names + [name for name in spares if name not in names]
+    code_hosts = lacking(staged, hosts, {n: bool(c.get("code_current")) for n, c in checks.items()})
+    data_hosts = lacking(staged, hosts, {n: bool(c.get("data_current")) for n, c in checks.items()})
     complete = checked and len(checked) == len(names)
     return AttemptPlan(
         attempt=attempt,

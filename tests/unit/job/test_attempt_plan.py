@@ -61,19 +61,20 @@ def test_before_the_nodes_are_checked_no_node_is_staged_and_nothing_is_counted()
     assert (plan.world_size, plan.gpus_per_node) == (0, 0)
 
 
-def test_only_the_jobs_running_nodes_that_lack_the_code_or_the_data_get_them_in_rank_order():
+def test_only_the_running_nodes_that_lack_the_code_or_the_data_get_them_the_spares_last():
     checks = {
-        "node0": checked(code=True, data=False),
+        "node0": checked(code=False, data=False),  # a spare, first in the inventory
         "node1": checked(code=False, data=True),
-        "node2": checked(code=False, data=False),
-        "node3": checked(code=False, data=False),  # a spare: not the job's
+        "node2": checked(code=True, data=False),
+        "node3": checked(code=False, data=False),
     }
-    plan = plan_attempt(NODES, ["node3"], checks=checks, hosts=["node0", "node2", "node3", "node1"])
-    assert plan.code_hosts == ["node1", "node2"]
-    assert plan.data_hosts == ["node0", "node2"]
+    plan = plan_attempt(NODES, ["node0"], checks=checks, hosts=["node0", "node2", "node3", "node1"])
+    # The job's nodes in rank order, then the spare: it may take a lost node's place.
+    assert plan.code_hosts == ["node1", "node3", "node0"]
+    assert plan.data_hosts == ["node2", "node3", "node0"]
     # A node the play no longer runs on (it failed its checks) is not staged.
-    lost = plan_attempt(NODES, ["node3"], checks=checks, hosts=["node0", "node2"])
-    assert (lost.code_hosts, lost.data_hosts) == (["node2"], ["node0", "node2"])
+    lost = plan_attempt(NODES, ["node0"], checks=checks, hosts=["node2", "node3"])
+    assert (lost.code_hosts, lost.data_hosts) == (["node3"], ["node2", "node3"])
 
 
 @pytest.mark.parametrize(
