@@ -84,8 +84,8 @@ sandbox-train: sandbox-up ## Run playbooks/train.yml on the sandbox, brought up 
 DEMO_JOB := $(or $(DEMO_JOB),demo-$(shell date +%Y%m%d-%H%M%S))
 demo: sandbox-up ## The sandbox (brought up when it is not) and a short job on it, followed live
 	$(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/train.yml \
-	  -e nproc=2 -e job_id=$(DEMO_JOB) -e train_follow=true -e '{"train_extra_args": ["--epochs", "3"]}'
-	@echo "Results: runs/$(DEMO_JOB)/ (loss.png, metrics.json, each node's log)."
+	  -e @jobs/example.yml -e nproc=2 -e job_id=$(DEMO_JOB) -e train_follow=true
+	@echo "Results: runs/$(DEMO_JOB)/ (loss.png, progress.png, metrics.json, each node's log)."
 	@echo "Jobs: $(SANDBOX_ENV) $(BIN)/ansible-playbook -i .sandbox/inventory.yml playbooks/jobs.yml"
 
 sandbox-down: ## Remove the sandbox containers, network and state

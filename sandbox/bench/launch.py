@@ -336,7 +336,8 @@ def main() -> None:
     parser.add_argument("--launch-only", action="store_true", help="skip the faults and restarts")
     args = parser.parse_args()
     group_vars, nodes = inventory()
-    data = group_vars["train_data_src"]
+    # `make data`'s digits, which inventory/sandbox/group_vars stages for every job.
+    data = str(PROJECT / ".cache" / "data")
     tag = f"bench-{int(time.time())}"
     # One playbook run first: the code and data on every node, and torchrun's path.
     print(f"{len(nodes)} nodes, 1 process each; warming up (stages code and data) ...", flush=True)
