@@ -72,4 +72,3 @@ def test_a_folders_newest_file_time_leaves_out_the_skipped_folders(tmp_path: Pat
     (tmp_path / "link").symlink_to(tmp_path / ".torch-cluster-incoming" / "copy.pt")
     assert newest_mtime_ns(str(tmp_path), skip=(".torch-cluster-incoming",)) == 2 * 10**18
     assert newest_mtime_ns(str(tmp_path)) == 3 * 10**18
-
