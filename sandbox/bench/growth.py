@@ -68,7 +68,8 @@ def measure(nodes: int, logs: Path) -> dict:
     found["provision_warm_s"], _ = timed(playbook("provision.yml", {}), logs / f"warm-{nodes}.log")
     # A check that finds a failure (rc 2) took its time too: its verdict is kept beside it.
     found["check_s"], output = timed(playbook("check.yml", {}), logs / f"check-{nodes}.log", (0, 2))
-    found["check_findings"] = re.findall(r'"  (\[\w+\] [^"]*)"', output)
+    # The check's findings, each on a line of its message ("  [section] ...").
+    found["check_findings"] = re.findall(r'^\s*"?  (\[\w+\] [^"\n]*)', output, re.M)
     job = {
         "job_id": f"growth-{nodes}-{int(time.time())}",
         "nproc": 1,

@@ -35,6 +35,10 @@ PATHS = (
     "/opt/miniconda3",
 )
 
+# Ansible's default output without skipped tasks: the task banners that roles_started reads,
+# which ansible.cfg's quiet callback leaves out (it prints steps that changed something).
+TASK_BANNERS = {"ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "false"}
+
 _RECAP_LINE = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=\d+", re.M)
 # The first task of a role's main entry point: the validation of its argument spec.
 _ROLE_START = re.compile(r"^TASK \[(\S+) : Validating arguments against arg spec 'main'", re.M)
@@ -62,7 +66,8 @@ class PlaybookRun:
     @property
     def roles_started(self) -> set[str]:
         """The roles whose main tasks began (every role of the repository has an argument
-        spec, whose validation is the first task of its main entry point)."""
+        spec, whose validation is the first task of its main entry point), read from the task
+        banners of a run with TASK_BANNERS in its environment."""
         return set(_ROLE_START.findall(self.stdout))
 
 
@@ -164,7 +169,8 @@ def playbook_roles(playbook: str) -> set[str]:
 def ansible_env(tmp_dir: Path) -> dict[str, str]:
     """The environment of every Ansible run of the suite: the repository's settings, this
     session's own fact cache and SSH master sockets (nodes of other clusters have the same
-    names and, once those are gone, maybe the same addresses), and no colours."""
+    names and, once those are gone, maybe the same addresses), no colours, and the task
+    banners (the preflight's tests check which roles started)."""
     for folder in ("facts", "cp"):
         (tmp_dir / folder).mkdir(exist_ok=True)
     return {
@@ -175,4 +181,5 @@ def ansible_env(tmp_dir: Path) -> dict[str, str]:
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_dir / "facts"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_dir / "cp"),
         "ANSIBLE_NOCOLOR": "1",
+        **TASK_BANNERS,
     }

@@ -27,6 +27,12 @@ LONG_JOB = ["--epochs", "400"]
 
 # Lists a job's processes on a node, or kills its workers (sandbox/job_processes.py).
 JOB_PROCESSES_SCRIPT = (PROJECT_DIR / "sandbox" / "job_processes.py").read_text()
+# The tests of provision.yml and check.yml read each node's own result lines (`ok: [node0] =>
+# {"msg": ...}`, one per node) and which tasks ran (their banners): Ansible's default output
+# without skipped tasks, not ansible.cfg's quiet callback, which prints only the steps that
+# did something and says a message once for all nodes.
+PER_NODE_OUTPUT = {"ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "false"}
+PER_NODE_PLAYBOOKS = frozenset({"provision.yml", "check.yml"})
 
 
 @dataclass(frozen=True)
@@ -50,18 +56,27 @@ class Playbook:
             "ANSIBLE_NOCOLOR": "1",
         }
 
+    def environment(self, name: str) -> dict[str, str]:
+        return self.env | PER_NODE_OUTPUT if name in PER_NODE_PLAYBOOKS else self.env
+
     def command(
         self,
         name: str,
         extra_vars: dict[str, Any],
         inventories: tuple[Path, ...] = (),
         args: tuple[str, ...] = (),
+        *,
+        job_file: Path | None = None,
     ) -> list[str]:
+        """The command line; a job file goes first, as `-e @FILE`, so that extra_vars override
+        it as a user's later `-e` does."""
         sources = [arg for path in [self.inventory, *inventories] for arg in ("-i", str(path))]
+        job = ["-e", f"@{job_file}"] if job_file else []
         return [
             str(Path(sys.executable).parent / "ansible-playbook"),
             *sources,
             str(PLAYBOOKS / name),
+            *job,
             "-e",
             json.dumps({"train_runs_dir": str(self.runs_dir), **extra_vars}),
             *args,
@@ -74,11 +89,13 @@ class Playbook:
         inventories: tuple[Path, ...] = (),
         timeout: int = 600,
         args: tuple[str, ...] = (),
+        *,
+        job_file: Path | None = None,
     ) -> Outcome:
         started = time.monotonic()
         done = subprocess.run(
-            self.command(name, extra_vars, inventories, args),
-            env=self.env,
+            self.command(name, extra_vars, inventories, args, job_file=job_file),
+            env=self.environment(name),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -87,11 +104,16 @@ class Playbook:
         return Outcome(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
     def start(
-        self, name: str, extra_vars: dict[str, Any], inventories: tuple[Path, ...] = ()
+        self,
+        name: str,
+        extra_vars: dict[str, Any],
+        inventories: tuple[Path, ...] = (),
+        *,
+        job_file: Path | None = None,
     ) -> Running:
         process = subprocess.Popen(
-            self.command(name, extra_vars, inventories),
-            env=self.env,
+            self.command(name, extra_vars, inventories, job_file=job_file),
+            env=self.environment(name),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
