@@ -25,6 +25,17 @@ TUTORIAL_ARGS = ["--dataset_size", "40000"]
 SAVED = re.compile(r"^\[rank0\]: Epoch (\d+) \| Training snapshot saved at snapshot\.pt$", re.M)
 
 
+def resumed_epochs(logs: list[str]) -> dict[int, int]:
+    """Each rank's epoch as the tutorial script says it resumed, in the nodes' logs."""
+    return {
+        int(rank): int(epoch)
+        for log in logs
+        for rank, epoch in re.findall(
+            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", log, re.M
+        )
+    }
+
+
 def own_script(job: Job, code: Path, script: str, args: list[str], **extra: object) -> dict:
     """A user's script: none of the example trainer's settings (its --resume) but the data."""
     return job_vars(
@@ -63,13 +74,7 @@ def test_a_tutorial_script_killed_mid_run_restarts_and_resumes_with_only_max_res
     assert "restarting the whole job from its checkpoint (restart 1 of 1)" in outcome.output
     assert "failed at start-up" not in outcome.output
     second = [job.log(node).split("attempt 2,")[-1] for node in members]
-    resumed = {
-        int(rank): int(epoch)
-        for run in second
-        for rank, epoch in re.findall(
-            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", run, re.M
-        )
-    }
+    resumed = resumed_epochs(second)
     # One process a node (the sandbox's CPU nodes): every rank resumed from the same snapshot.
     assert sorted(resumed) == list(range(len(members))), resumed
     assert len(set(resumed.values())) == 1, resumed
@@ -114,13 +119,7 @@ def test_a_tutorial_script_resumes_on_every_rank_from_rank_0s_snapshot_after_sto
     resumed = playbook.run("train.yml", again)
     assert resumed.rc == 0, resumed.output
     second_runs = [job.log(node).split("attempt 1,")[-1] for node in members]
-    resumed_at = {
-        int(rank): int(epoch)
-        for run in second_runs
-        for rank, epoch in re.findall(
-            r"^\[rank(\d+)\]: Resuming training from snapshot at Epoch (\d+)$", run, re.M
-        )
-    }
+    resumed_at = resumed_epochs(second_runs)
     # Every rank of every node, from the same snapshot: at least the one seen saved.
     assert sorted(resumed_at) == list(range(2 * len(members))), resumed_at
     epoch = resumed_at[0]

@@ -376,37 +376,21 @@ def test_a_live_jobs_ranks_are_found_dumped_and_the_sleeper_named(stalled: Stall
     assert report.outlier_frames[2].code == "time.sleep(sleep_s)"
 
 
-def run_module(folder: Path, args: dict, check: bool = False) -> dict:
+def stacks(run_module, args: dict, check: bool = False) -> dict:
     """torch_job_stacks run by `ansible localhost`, on this machine's Python; its result."""
-    # The repository's modules, without its ansible.cfg's callbacks, which print to stdout too.
-    (folder / "ansible.cfg").write_text("")
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(folder / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".cache" / "collections"),
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_STDOUT_CALLBACK": "json",
-    }
-    argv = [BIN / "ansible", "localhost", "-i", "localhost,", "-c", "local"]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
-    argv += [
-        "-m",
-        "torch_cluster.cluster.torch_job_stacks",
-        "-a",
-        json.dumps(args),
-        *(["--check"] if check else []),
-    ]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    done = run_module("torch_job_stacks", args, check=check)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return done.result
 
 
-def test_the_module_finds_a_job_without_its_unit_by_its_job_id(stalled: Stalled) -> None:
+def test_the_module_finds_a_job_without_its_unit_by_its_job_id(
+    stalled: Stalled, run_module
+) -> None:
     # No systemd here: the unit is unknown, and the processes carry TORCH_JOB_ID.
     dest = stalled.folder / "module"
     prefix = flight_recorder_prefix(str(stalled.folder / "fr"))
-    result = run_module(
-        stalled.folder,
+    result = stacks(
+        run_module,
         {
             "unit": f"torch-job-{stalled.job_id}",
             "job_id": stalled.job_id,
@@ -423,13 +407,9 @@ def test_the_module_finds_a_job_without_its_unit_by_its_job_id(stalled: Stalled)
     assert sorted(result["files"]) == sorted(str(p) for p in dest.iterdir())
 
 
-def test_in_check_mode_the_module_only_finds_the_processes(stalled: Stalled) -> None:
+def test_in_check_mode_the_module_only_finds_the_processes(stalled: Stalled, run_module) -> None:
     dest = stalled.folder / "checked"
-    result = run_module(
-        stalled.folder,
-        {"job_id": stalled.job_id, "dest": str(dest)},
-        check=True,
-    )
+    result = stacks(run_module, {"job_id": stalled.job_id, "dest": str(dest)}, check=True)
     assert [r["rank"] for r in result["ranks"]] == [0, 1, 2]
     assert result["files"] == []
     assert not dest.exists()
