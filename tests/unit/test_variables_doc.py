@@ -3,9 +3,9 @@ every variable of every role's defaults/main.yml, with the default the role real
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,18 +16,9 @@ DOC = ROOT / "docs" / "variables.md"
 DEFAULTS_FILES = sorted(ROOT.glob("roles/*/defaults/main.yml"))
 
 
-def load_script() -> Any:
-    spec = importlib.util.spec_from_file_location("variables_doc", ROOT / "docs" / "variables.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs, as an import would: its dataclass looks its module up.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-variables_doc = load_script()
+# docs/variables.py is a script, not a module of a package: its functions, as running it
+# (not as __main__) defines them.
+variables_doc = SimpleNamespace(**runpy.run_path(str(ROOT / "docs" / "variables.py")))
 
 
 def role_of(defaults_file: Path) -> str:
