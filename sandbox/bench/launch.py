@@ -208,6 +208,8 @@ def start_long_job(
         "train_runs_dir": "/tmp/bench-launch-runs",
         "train_watch_interval": 5,
         "train_extra_args": ["--epochs", "400"],
+        # The example trainer continues from its checkpoint with --resume (jobs/example.yml).
+        "train_resume_args": ["--resume"],
         **extra,
     }
     run = subprocess.Popen(playbook("train.yml", extra), env=ENV, stdout=subprocess.PIPE,
