@@ -267,6 +267,8 @@ class ActionModule(ActionBase):
                     "offset": offset,
                     "quiet_for": quiet,
                     "output_since": start_up.output_since,
+                    # Once the job has written a file, its folder is not walked again.
+                    **({"output_dir": ""} if start_up.output_written else {}),
                 },
                 task_vars,
             )
