@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import threading
 import time
 
 from ansible.errors import AnsibleConnectionFailure
@@ -32,13 +33,19 @@ display = Display()
 
 # After its time limit, a job's units get this long to stop before the watch gives up on them.
 TIMEOUT_GRACE_S = 60
-# Rounds in a row that may fail to reach the master (a blip of the controller's network)
-# before the job is taken for unwatchable.
-MASTER_MISSES = 2
+# The longest round on the master: the controller hears from the master (and the master's
+# heartbeat is touched) at least this often; the status line still comes every `interval`.
+ROUND_S = 2.0
+# A round the master did not return within its wait plus train_lost_after: the master is lost.
+# A failed call (no route, refused) is tried again every RETRY_S until then.
+RETRY_S = 0.5
+# The longest copy of the master's files while the job runs, in one call (a copy cut short
+# goes on in the next call): rounds, and so the heartbeats of every node, never wait longer.
+COPY_SLICE_S = 3
 # Arguments of the action itself; the rest go to the module.
 OWN_ARGS = (
     "job_id", "interval", "timeout", "startup_timeout", "started", "copies", "follow",
-    "follow_max_lines", "run_dir",
+    "follow_max_lines", "run_dir", "fence_timeout",
 )  # fmt: skip
 # Following rank 0's lines: the longest round (the lines reach the controller at least this
 # often), the poll of the log and the units within it, and the shortest round.
@@ -93,6 +100,7 @@ def _unwatchable(master: str, seen: dict) -> dict:
     """The watch's result when the master could not be asked (it stopped answering, or the
     module failed there)."""
     return {
+        "heard_ago": {},
         "job": "unwatchable",
         "nodes": {master: {"state": "unreachable", "detail": seen.get("msg", "")}},
         "failed_nodes": [master],
@@ -128,38 +136,34 @@ class _QueueClock:
 class _Copier:
     """Without a shared folder: every `interval` seconds while the job runs, the master's
     settled output files go to other nodes (torch_job_sync phase=during), so that losing the
-    master loses no more than one interval of checkpoints. Each copy's figures are kept."""
+    master loses no more than one interval of checkpoints. A copy runs at most COPY_SLICE_S
+    seconds a call; one cut short goes on after the next round. Each copy's figures are kept."""
 
-    KEPT = ("seconds", "bytes", "files", "holders", "problems", "msg")
+    KEPT = ("seconds", "bytes", "files", "holders", "problems", "msg", "incomplete")
 
-    def __init__(self, copies: dict, action: ActionBase, task_vars: dict) -> None:
+    def __init__(self, copies: dict) -> None:
         self.args = {key: copies[key] for key in ("folder", "nodes", "copies") if key in copies}
         self.interval = float(copies.get("interval") or 0)
-        self.action, self.task_vars = action, task_vars
         self.next = time.monotonic() + self.interval
         self.done: list[dict] = []
 
-    def tick(self) -> None:
-        if not self.interval or time.monotonic() < self.next:
-            return
-        try:
-            done = self.action._execute_module(
-                module_name="torch_job_sync",
-                module_args={**self.args, "phase": "during"},
-                task_vars=self.task_vars,
-            )
-        except AnsibleConnectionFailure as err:
-            done = {"failed": True, "msg": str(err)}
+    def due(self) -> bool:
+        return bool(self.interval) and time.monotonic() >= self.next
+
+    def module_args(self) -> dict:
+        return {**self.args, "phase": "during", "max_seconds": COPY_SLICE_S}
+
+    def record(self, done: dict) -> None:
         kept = {key: done[key] for key in self.KEPT if key in done}
         self.done.append({"at": round(time.time(), 1), **kept})
-        self.next = time.monotonic() + self.interval
+        self.next = time.monotonic() + (0 if done.get("incomplete") else self.interval)
 
 
 def _round_args(own: dict, interval: float) -> dict:
     """The module's arguments for a round: `interval` long, or, following rank 0's lines as
     they come, short rounds that end as soon as there are some."""
     if not own["follow"]:
-        return {"wait": interval}
+        return {"wait": min(interval, ROUND_S)}
     return {
         "follow": int(own["follow_max_lines"] or 100),
         "wait": FOLLOW_WAIT_S,
@@ -176,7 +180,7 @@ class _Screen:
     def __init__(self, own: dict, interval: float) -> None:
         run_dir = own["run_dir"] or ""
         self.path = os.path.join(run_dir, "gpu.csv") if run_dir else ""
-        self.every, self.gpu_rows, self.gpu = interval if own["follow"] else 0, 0, ""
+        self.every, self.gpu_rows, self.gpu = interval, 0, ""
         self.next = time.monotonic() + self.every
         # The module's arguments for each round.
         self.round_args = _round_args(own, interval)
@@ -224,6 +228,48 @@ class _StartUp:
             self.output_since = int(seen.get("output_newest", -1))
 
 
+class _Heard:
+    """When the controller last heard from each node (monotonic): the master when a call to it
+    returned, the others as the master's last round found them. The master is lost once it has
+    been silent for train_lost_after seconds past the length of the call it was given."""
+
+    # A call's own cost on top of its length (the module's start on the master, SSH, become).
+    OVERHEAD_S = 1.0
+
+    def __init__(self, master: str, names: list[str], lost_after: float) -> None:
+        now = time.monotonic()
+        self.master, self.lost_after = master, lost_after
+        self.at = {name: now for name in [master, *names]}
+        self.expected = 0.0
+
+    def expect(self, length: float) -> None:
+        self.expected = length + self.OVERHEAD_S
+
+    def master_deadline(self) -> float:
+        return self.at[self.master] + self.expected + self.lost_after
+
+    def master_lost(self) -> bool:
+        return time.monotonic() > self.master_deadline()
+
+    def master_answered(self) -> None:
+        self.at[self.master] = time.monotonic()
+
+    def round(self, seen: dict) -> None:
+        now = time.monotonic()
+        for name, ago in (seen.get("heard_ago") or {}).items():
+            if name in self.at and name != self.master:
+                self.at[name] = now - float(ago)
+        self.master_answered()
+
+    def ago(self) -> dict[str, float]:
+        now = time.monotonic()
+        return {name: round(now - at, 2) for name, at in self.at.items()}
+
+    def epochs(self) -> dict[str, float]:
+        offset = time.time() - time.monotonic()
+        return {name: round(at + offset, 2) for name, at in self.at.items()}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -249,37 +295,33 @@ class ActionModule(ActionBase):
         # Rank 0's output of this attempt starts where the master's log ended before it.
         master = args.get("self_name", "")
         offset = int(started_units.get(master, {}).get("log_start", 0))
-        progress, latest, misses, quiet = "", "", 0, 0.0
+        progress, latest, quiet = "", "", 0.0
         start_up = _StartUp(int(started_units.get(master, {}).get("output_newest", -1)))
+        heard = _Heard(master, list(args.get("nodes") or {}), float(args.get("lost_after") or 6))
         # Without a shared folder, the master's settled files are copied to other nodes
         # while the job runs (torch_job_sync phase=during), so that losing the master
         # loses no more than one interval of checkpoints.
-        copier = _Copier(own["copies"] or {}, self, task_vars)
+        copier = _Copier(own["copies"] or {})
         # Through Slurm the job may wait in the queue first: that time counts neither
         # towards its time limit nor towards its start-up.
         queue = _QueueClock()
         screen = _Screen(own, interval)
         while True:
-            seen = self._round(
-                {
-                    **args,
-                    **screen.round_args,
-                    "offset": offset,
-                    "quiet_for": quiet,
-                    "output_since": start_up.output_since,
-                    # Once the job has written a file, its folder is not walked again.
-                    **({"output_dir": ""} if start_up.output_written else {}),
-                },
-                task_vars,
-            )
-            if seen.get("unreachable") or seen.get("failed"):
-                misses += 1
-                if seen.get("failed") or misses >= MASTER_MISSES:
-                    seen = _unwatchable(master, seen)
-                    break
-                self._reset_connection()
-                continue
-            misses = 0
+            round_args = {
+                **args,
+                **screen.round_args,
+                "offset": offset,
+                "quiet_for": quiet,
+                "heard_ago": heard.ago(),
+                "output_since": start_up.output_since,
+                # Once the job has written a file, its folder is not walked again.
+                **({"output_dir": ""} if start_up.output_written else {}),
+            }
+            seen = self._on_master("torch_job_watch", round_args, task_vars, heard)
+            if seen.get("failed") or seen.get("unreachable"):
+                seen = _unwatchable(master, seen)
+                break
+            heard.round(seen)
             queue.tick(seen)
             elapsed = time.monotonic() - started - queue.seconds
             offset, quiet = seen["offset"], float(seen.get("quiet_for") or 0)
@@ -293,7 +335,10 @@ class ActionModule(ActionBase):
             shown = _shown(seen, progress or latest or "running (no output from rank 0 yet)")
             shown += f" (rank 0 quiet for {quiet:.0f} s)" if quiet >= max(2 * interval, 60) else ""
             screen.status(f"job {job_id} [{_elapsed(elapsed)}] {shown}")
-            copier.tick()
+            lost = self._copy(copier, task_vars, heard)
+            if lost:
+                seen = _unwatchable(master, lost)
+                break
             if timeout and elapsed > timeout + TIMEOUT_GRACE_S:
                 seen["job"] = "timed out"
                 seen["error"] = f"the units still ran {TIMEOUT_GRACE_S} s after the time limit"
@@ -320,18 +365,65 @@ class ActionModule(ActionBase):
             error=seen.get("error", ""),
             copies_during=copier.done,
             gpu_rows=screen.gpu_rows,
+            # When each node was last heard from (the controller's clock): the next attempt
+            # waits for the fences of the lost ones (job/fence.py:fence_until).
+            heard=heard.epochs(),
+            lost_after=heard.lost_after,
         )
         return result
 
-    def _round(self, module_args: dict, task_vars: dict) -> dict:
-        """One round of the watch module on the master; a lost connection is an unreachable
-        round."""
-        try:
-            return self._execute_module(
-                module_name="torch_job_watch", module_args=module_args, task_vars=task_vars
-            )
-        except AnsibleConnectionFailure as err:
-            return {"unreachable": True, "msg": str(err)}
+    def _copy(self, copier: _Copier, task_vars: dict, heard: _Heard) -> dict:
+        """A copy of the master's files when one is due; the call's answer when the master was
+        lost during it, else {}."""
+        if not copier.due():
+            return {}
+        done = self._on_master("torch_job_sync", copier.module_args(), task_vars, heard)
+        if done.get("unreachable"):
+            return done
+        copier.record(done)
+        heard.master_answered()
+        return {}
+
+    def _on_master(self, module: str, module_args: dict, task_vars: dict, heard: _Heard) -> dict:
+        """A module's answer from the master. A call that fails to connect (no route, refused)
+        is made again every RETRY_S; the master is given up on once it has been silent for the
+        call's own length (its wait, or a copy's slice) plus train_lost_after: then the answer
+        is unreachable. A call given up on is left to its SSH connection's end in its thread."""
+        length = float(module_args.get("wait") or module_args.get("max_seconds") or 0)
+        heard.expect(length)
+        while True:
+            answer = self._bounded_call(module, module_args, task_vars, heard.master_deadline())
+            if not answer.get("unreachable") or heard.master_lost():
+                break
+            self._reset_connection()
+            time.sleep(RETRY_S)
+        if answer.get("unreachable"):
+            silent = time.monotonic() - heard.at[heard.master]
+            answer["msg"] = f"the master did not answer for {silent:.1f} s: {answer.get('msg', '')}"
+        return answer
+
+    def _bounded_call(self, module: str, module_args: dict, task_vars: dict, until: float) -> dict:
+        """The module's answer, or an unreachable one when none came by `until` (monotonic)."""
+        answer: dict = {}
+
+        def call() -> None:
+            try:
+                answer.update(
+                    self._execute_module(
+                        module_name=module, module_args=module_args, task_vars=task_vars
+                    )
+                )
+            except AnsibleConnectionFailure as err:
+                answer.update(unreachable=True, msg=str(err))
+            except Exception as err:
+                answer.update(failed=True, msg=f"{module}: {err}")
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(timeout=max(0.0, until - time.monotonic()))
+        if thread.is_alive():
+            return {"unreachable": True, "msg": "no answer in time"}
+        return dict(answer)
 
     def _reset_connection(self) -> None:
         with contextlib.suppress(AttributeError, AnsibleConnectionFailure):

@@ -22,6 +22,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures
     job_failures,
     merge_tails,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import fence_until
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.lost_nodes import (
     excluded_nodes,
     lost_nodes,
@@ -122,11 +123,22 @@ options:
     description: Whether this attempt continued from the job's files (a restart, or train_resume).
     type: bool
     default: false
+  fence_timeout:
+    description:
+      - train_fence_timeout. The nodes the attempt lost fence themselves this long after they
+        were last heard from (I(watch)'s C(heard)); C(fence_until) says when that is done.
+    type: float
+    default: 0
 extends_documentation_fragment:
   - torch_cluster.cluster.job_attempt
 """
 
 RETURN = r"""
+fence_until:
+  description: When (seconds since the epoch) every node the attempt lost has fenced itself;
+    the next attempt starts no earlier. 0 when there is nothing to wait for.
+  type: float
+  returned: always
 outcome:
   description: How the attempt ended (succeeded, failed, stopped, timed out, unwatchable).
   type: str
@@ -201,6 +213,7 @@ def main() -> None:
             "stall": {"type": "dict", "default": {}},
             "shared_dir": {"type": "str", "default": ""},
             "resumed": {"type": "bool", "default": False},
+            "fence_timeout": {"type": "float", "default": 0},
         },
         supports_check_mode=False,
     )
@@ -225,6 +238,10 @@ def main() -> None:
         sync=params["sync"],
         nodes_used=list(params["nodes"]),
         copies_during=list(watch.get("copies_during") or []),
+        heard=dict(watch.get("heard") or {}),
+    )
+    attempt.fence_until = fence_until(
+        attempt.heard, attempt.unreachable_nodes, params["fence_timeout"]
     )
     if params["resumed"] and params["nodes"]:
         attempt.resumed_from = resumed_from(
@@ -311,6 +328,8 @@ def main() -> None:
         runtime_left=max(seconds_left, 0),
         message=message,
         next_nodes=attempt.next_nodes,
+        # The next attempt starts no earlier (the lost nodes' fences; seconds since the epoch).
+        fence_until=attempt.fence_until,
         attempts=[a.as_dict() for a in attempts],
     )
 

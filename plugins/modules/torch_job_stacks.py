@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import KeptHeard
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.flight_dumps import (
     copy_flight_recorder_files,
     request_flight_recorder_dumps,
@@ -142,13 +143,15 @@ def main() -> None:
         )
     pipe_prefix, dump_prefix = flight_recorder_settings(workers, params["flight_recorder_prefix"])
     since = time.time()
-    # The ranks dump in a thread of their own while py-spy reads their stacks.
-    asked, unread = request_flight_recorder_dumps(pipe_prefix) if pipe_prefix else ([], [])
-    ranks, agent_record, files = collect_stacks(
-        workers, agent, params["dest"], params["py_spy"], params["timeout"]
-    )
-    late = wait_for_dumps(dump_prefix, asked, since, params["timeout"]) if asked else []
-    dumps = copy_flight_recorder_files(dump_prefix, params["dest"]) if dump_prefix else []
+    # The job's fence (train_fence_timeout) waits while its stacks are read.
+    with KeptHeard(params["unit"]):
+        # The ranks dump in a thread of their own while py-spy reads their stacks.
+        asked, unread = request_flight_recorder_dumps(pipe_prefix) if pipe_prefix else ([], [])
+        ranks, agent_record, files = collect_stacks(
+            workers, agent, params["dest"], params["py_spy"], params["timeout"]
+        )
+        late = wait_for_dumps(dump_prefix, asked, since, params["timeout"]) if asked else []
+        dumps = copy_flight_recorder_files(dump_prefix, params["dest"]) if dump_prefix else []
     module.exit_json(
         changed=bool(files or dumps),
         ranks=ranks,

@@ -97,9 +97,20 @@ options:
         are returned as C(seed_bytes), read as every transfer's are.
     type: str
     default: ""
+  max_seconds:
+    description:
+      - With C(phase=during), the longest the copy may take (0 for no limit). A transfer still
+        running then is cut short, keeping what arrived (C(--partial)) in the receiver's
+        incoming folder, and C(incomplete) is returned; the next copy goes on from there.
+    type: float
+    default: 0
 """
 
 RETURN = r"""
+incomplete:
+  description: With C(phase=during), whether I(max_seconds) cut the copy short.
+  type: bool
+  returned: when phase is during
 seconds:
   description: How long the whole step took.
   type: float
@@ -135,9 +146,17 @@ problems:
 """
 
 
-def run(argv: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str], stdin: str = "", timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """argv's result; one that outlives `timeout` is killed (rsync with --partial keeps what
+    had arrived, for the next copy to go on from)."""
     try:
-        return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+        return subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, check=False, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, TIMED_OUT, "", "cut short: max_seconds passed")
     except OSError as error:
         return subprocess.CompletedProcess(argv, 127, "", str(error))
 
@@ -151,6 +170,10 @@ def rsync(timeout: int, *args: str) -> list[str]:
     ]  # fmt: skip
 
 
+# The exit status given to a command cut short by max_seconds.
+TIMED_OUT = 124
+
+
 class Sync:
     def __init__(self, params: dict) -> None:
         self.folder = params["folder"].rstrip("/")
@@ -160,6 +183,19 @@ class Sync:
         self.timeout = params["timeout"]
         self.transfers: list[dict] = []
         self.problems: list[str] = []
+        # phase=during: the monotonic time by which the copy stops (None: no limit).
+        limit = params.get("max_seconds") or 0
+        self.deadline = time.monotonic() + limit if limit else None
+        self.incomplete = False
+
+    def left(self) -> float | None:
+        """Seconds left before the deadline (None without one)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def out_of_time(self) -> bool:
+        left = self.left()
+        self.incomplete = self.incomplete or left == 0.0
+        return left == 0.0
 
     def address(self, name: str) -> str | None:
         return None if name == self.master else self.nodes[name]
@@ -189,6 +225,8 @@ class Sync:
         if into:
             argv = rsync(
                 self.timeout,
+                # A copy cut short by max_seconds goes on from what arrived.
+                "--partial",
                 "--files-from=-",
                 f"{self.folder}/",
                 f"{self.nodes[receiver]}:{self.folder}/{into}/",
@@ -216,7 +254,9 @@ class Sync:
                 self.address(sender),
                 rsync(self.timeout, source, f"{self.nodes[receiver]}:{self.folder}/"),
             )
-        done = run(argv, "\n".join(files or []) + "\n" if files else "")
+        done = run(argv, "\n".join(files or []) + "\n" if files else "", self.left())
+        if done.returncode == TIMED_OUT and self.deadline is not None:
+            self.incomplete = True
         stats = rsync_stats(done.stdout)
         error = "" if done.returncode == 0 else " ".join(done.stderr.split())[-300:]
         self.transfers.append(
@@ -229,7 +269,7 @@ class Sync:
                 "error": error,
             }
         )
-        if error:
+        if error and done.returncode != TIMED_OUT:
             self.problems.append(f"{sender} -> {receiver}: rsync failed: {error}")
         return not error
 
@@ -294,9 +334,12 @@ class Sync:
         listings = self.list_all(names)
         holders: list[str] = []
         for name in names[1:]:
+            if self.out_of_time():
+                break
             if name in listings and self.copy_during(name, listings, settle, tries):
                 holders.append(name)
-        return {"rounds": 1 if self.transfers else 0, "holders": holders}
+        found = {"rounds": 1 if self.transfers else 0, "holders": holders}
+        return {**found, "incomplete": self.incomplete}
 
     def copy_during(self, name: str, listings: dict[str, dict], settle: float, tries: int) -> bool:
         """Bring one receiver up to date with the master's files; whether it is."""
@@ -304,8 +347,10 @@ class Sync:
         master = listings.get(self.master) or {}
         late: list[str] = []
         for attempt in range(tries):
+            if self.out_of_time():
+                return False
             if attempt:
-                time.sleep(settle + 0.1)  # what was too new, or changed, settles first
+                time.sleep(min(settle + 0.1, self.left() or settle + 0.1))  # it settles first
                 master = self.list_all([self.master]).get(self.master) or {}
             differ = sorted(p for p, v in master.items() if list(have.get(p) or []) != list(v))
             if not differ:
@@ -378,6 +423,7 @@ def main() -> None:
             "tries": {"type": "int", "default": 3},
             "only": {"type": "list", "elements": "str", "default": []},
             "seeded": {"type": "str", "default": ""},
+            "max_seconds": {"type": "float", "default": 0},
         },
         supports_check_mode=False,
     )

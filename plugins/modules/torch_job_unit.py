@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import pwd
+import shutil
+import sys
 from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
@@ -22,6 +25,17 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.proc 
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import (
     parse_torchrun_failures,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import (
+    FENCE_FILE,
+    HEARTBEAT_DIR,
+    fence_unit,
+    fence_unit_argv,
+    heartbeat_path,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_release import (
+    COMPUTE_APPS,
+    wait_for_release,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.logs import last_lines
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.record_wrapper import (
@@ -194,9 +208,32 @@ options:
     type: list
     elements: path
     default: []
+  fence_timeout:
+    description:
+      - With I(state=started), also start the job's fence unit (plugins/module_utils/job/fence.py),
+        which kills the job's processes on this node once its heartbeat file has not been
+        touched by the watch for this many seconds while torchrun runs. 0 for no fence.
+    type: float
+    default: 0
+  gpu_release_timeout:
+    description:
+      - With I(state=absent), on a node with nvidia-smi, how long to wait until no process of
+        the stopped attempt holds GPU memory (job/gpu_release.py); what is held then is
+        returned as I(gpu_held).
+    type: float
+    default: 30
 """
 
 RETURN = r"""
+gpu_held:
+  description: With I(state=absent), the attempt's processes (pid -> MiB) still on a GPU when
+    the wait for their release ended; empty once released, or on a node without GPUs.
+  type: dict
+  returned: when state is absent
+gpu_release_seconds:
+  description: With I(state=absent), how long the wait for the GPUs' release took.
+  type: float
+  returned: when state is absent
 command:
   description: The systemd-run argv (started), or the command (prepared).
   type: list
@@ -366,6 +403,21 @@ def as_user(user: pwd.struct_passwd, action: Callable[[], None]) -> None:
         raise OSError(int(number or 0), f"{message or 'failed'} (as {user.pw_name})", name)
 
 
+def prepare_fence(params: dict, user: pwd.struct_passwd) -> None:
+    """The fence's script and the job's heartbeat file (the watch's polls, as the training
+    user, touch it), in the node-local HEARTBEAT_DIR."""
+    os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
+    script = os.path.join(HEARTBEAT_DIR, FENCE_FILE)
+    source = inspect.getsource(sys.modules[fence_unit.__module__])
+    if read_text(script) != source:
+        replace_text(script, source, mode=0o644)
+    heartbeat = heartbeat_path(params["name"])
+    with open(heartbeat, "a", encoding="utf-8"):
+        pass
+    os.utime(heartbeat)
+    os.chown(heartbeat, user.pw_uid, user.pw_gid)
+
+
 def prepare(params: dict) -> int:
     """Make the job's folders and files ready for a start; where the log ends now."""
     for path in params["remove"]:
@@ -379,6 +431,8 @@ def prepare(params: dict) -> int:
     log_start = os.path.getsize(log) if os.path.exists(log) else 0
     if params["wrapper"] and read_text(params["wrapper"]) != RECORD_WRAPPER:
         replace_text(params["wrapper"], RECORD_WRAPPER, mode=0o644)
+    if params["fence_timeout"] > 0 and params["state"] == "started":
+        prepare_fence(params, user)
     if params["header"]:
         with open(log, "a") as handle:
             handle.write(params["header"].rstrip("\n") + "\n")
@@ -439,6 +493,7 @@ def start(module: AnsibleModule) -> None:
     if module.check_mode:
         module.exit_json(changed=True, command=argv, log_start=0)
     clear(module, params["name"], props)
+    clear(module, fence_unit(params["name"]), show(module, fence_unit(params["name"])))
     log_start = prepare_or_fail(module)
     devices = gpu_device_nodes_command()
     if devices:
@@ -449,14 +504,45 @@ def start(module: AnsibleModule) -> None:
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemd-run failed: {(err or out).strip()}", command=argv)
+    start_fence(module)
     module.exit_json(changed=True, command=argv, log_start=log_start, output_newest=newest)
+
+
+def gpu_apps(module: AnsibleModule) -> str | None:
+    """nvidia-smi's list of the processes on the GPUs; None without nvidia-smi, or when it
+    cannot answer (then there is nothing to wait for)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    rc, out, _ = module.run_command(["timeout", "10", *COMPUTE_APPS])
+    return out if rc == 0 else None
+
+
+def start_fence(module: AnsibleModule) -> None:
+    """The fence unit beside the job's started unit (train_fence_timeout), run by this node's
+    Python (the one that runs this module)."""
+    params = module.params
+    if params["fence_timeout"] <= 0:
+        return
+    fencing = fence_unit_argv(
+        sys.executable, params["name"], params["fence_timeout"], params["log"], params["node_name"]
+    )
+    rc, out, err = module.run_command(fencing)
+    if rc != 0:
+        module.fail_json(msg=f"the fence unit did not start: {(err or out).strip()}")
 
 
 def stop(module: AnsibleModule) -> None:
     params = module.params
     props = show(module, params["name"])
     was = unit_state(props)
+    # The attempt's processes, for the GPUs they may still hold once they are stopped.
+    pids = [] if module.check_mode else [int(p.split()[0]) for p in job_processes(params["job_id"])]
     changed = clear(module, params["name"], props)
+    # Bound to the job's unit, the fence has stopped with it; a failed one is cleared here.
+    clear(module, fence_unit(params["name"]), show(module, fence_unit(params["name"])))
+    if not module.check_mode and os.path.exists(heartbeat_path(params["name"])):
+        os.remove(heartbeat_path(params["name"]))
+    held, waited = wait_for_release(lambda: gpu_apps(module), pids, params["gpu_release_timeout"])
     leftovers = [] if module.check_mode else job_processes(params["job_id"])
     port_users = port_listeners(params["port"]) if params["port"] else []
     results = matching_files(params["output_dir"], params["results"]) if params["results"] else []
@@ -475,6 +561,8 @@ def stop(module: AnsibleModule) -> None:
         tail=tail,
         results=results,
         rsync_filters=rsync_filters(results),
+        gpu_held={str(pid): memory for pid, memory in held.items()},
+        gpu_release_seconds=waited,
     )
 
 
@@ -512,6 +600,8 @@ def main() -> None:
             "requires_mounts": {"type": "list", "elements": "path", "default": []},
             "protect": {"type": "bool", "default": False},
             "writable": {"type": "list", "elements": "path", "default": []},
+            "fence_timeout": {"type": "float", "default": 0},
+            "gpu_release_timeout": {"type": "float", "default": 30},
         },
         supports_check_mode=True,
     )

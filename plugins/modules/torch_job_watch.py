@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
@@ -12,11 +14,19 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files
     newest_mtime_ns,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.ssh import on_node
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import (
+    heartbeat_path,
+    touch_then,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.follow import FollowBuffer
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_use import (
     gpu_poll_script,
     parse_gpu_query,
     split_poll_output,
+)
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.liveness import (
+    LOST_AFTER_S,
+    Liveness,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.log_reader import (
     RankZeroLog,
@@ -87,9 +97,19 @@ options:
     type: float
     default: 25
   poll:
-    description: Seconds between two polls of every node.
+    description: Seconds between two polls of each node (each node has a thread of its own).
     type: float
-    default: 2
+    default: 1
+  lost_after:
+    description:
+      - A node that has not answered for this many seconds is lost (train_lost_after), however
+        many polls that was; a slow answer is an answer.
+    type: float
+    default: 6
+  heard_ago:
+    description: Seconds since each node's last answer when this round begins (the last round's).
+    type: dict
+    default: {}
   stall_timeout:
     description:
       - The job has stalled when every node's unit runs and rank 0 has written no line for
@@ -206,6 +226,10 @@ gpus:
       by node; a node without GPUs has [].
   type: dict
   returned: always
+heard_ago:
+  description: Seconds since each node last answered, as the round ends.
+  type: dict
+  returned: always
 slurm:
   description: The Slurm job's state, reason and batch host, when I(slurm_job_id) is set.
   type: dict
@@ -213,31 +237,42 @@ slurm:
 """
 
 
-# Seconds a node gets to answer one poll.
-ANSWER_TIMEOUT = 8
+# How often the round looks at what the pollers found, and at rank 0's log.
+ROUND_POLL_S = 0.5
+# Seconds a node gets to return a log's tail or a Slurm file.
+TAIL_TIMEOUT = 8
 
 
-def run(address: str | None, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """argv here (address None) or on the node at address."""
+def run(address: str | None, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """argv here (address None) or on the node at address. Its stdin is not the module's: a
+    command left behind by a round that ended holds nothing of the controller's session."""
     return subprocess.run(
-        on_node(address, argv), capture_output=True, text=True, timeout=ANSWER_TIMEOUT, check=False
+        on_node(address, argv),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
-def poll_node(address: str | None, unit: str, gpus: bool = False) -> tuple[NodeState, list]:
-    """The node's unit state; with `gpus`, also its GPUs' use, read in the same round trip
-    ([] on a node without nvidia-smi or GPUs)."""
+def poll_node(
+    address: str | None, unit: str, timeout: float, gpus: bool = False
+) -> tuple[NodeState, list]:
+    """The node's unit state, after touching its fence's heartbeat (fence.py); with `gpus`,
+    also its GPUs' use, read in the same round trip ([] on a node without nvidia-smi or GPUs)."""
     show = ["systemctl", "show", unit, f"--property={','.join(UNIT_PROPERTIES)}"]
 
     def ask(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        return run(address, ["sh", "-c", gpu_poll_script(argv)] if gpus else argv)
+        asked = ["sh", "-c", gpu_poll_script(argv)] if gpus else argv
+        return run(address, touch_then(heartbeat_path(unit), asked), timeout)
 
     try:
         done = ask([*show, SHOW_TIMESTAMPS])
         if done.returncode != 0 and SHOW_TIMESTAMPS.split("=")[0] in done.stderr:
             done = ask(show)  # systemd before 248: times without the microseconds
     except subprocess.TimeoutExpired:
-        return NodeState(UNREACHABLE, f"no answer within {ANSWER_TIMEOUT} s"), []
+        return NodeState(UNREACHABLE, f"no answer within {timeout:g} s"), []
     if done.returncode != 0:
         why = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
         return NodeState(UNREACHABLE, why[-300:]), []
@@ -245,11 +280,48 @@ def poll_node(address: str | None, unit: str, gpus: bool = False) -> tuple[NodeS
     return unit_state(parse_properties(properties)), parse_gpu_query(rows)
 
 
+class NodePollers:
+    """One thread per node asks it every `poll` seconds until the round ends, each on its own:
+    a node that hangs delays nobody else's poll, nor the heartbeat that keeps its fence away.
+    Answers go to `liveness`, which decides who is lost (train_lost_after)."""
+
+    def __init__(self, addresses: dict[str, str | None], params: dict, liveness: Liveness) -> None:
+        self.addresses, self.liveness = addresses, liveness
+        self.unit, self.poll, self.want_gpus = params["unit"], params["poll"], params["gpus"]
+        # A poll that takes longer than this is given up (the node is lost before that).
+        self.timeout = params["lost_after"] + 2
+        self.gpus: dict[str, list] = {}
+        self._done = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(name,), daemon=True) for name in addresses
+        ]
+
+    def __enter__(self) -> NodePollers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+
+    def _loop(self, name: str) -> None:
+        while not self._done.is_set():
+            began = time.monotonic()
+            # The GPUs once a round: their first reading (nvidia-smi has its own cost).
+            read_gpus = self.want_gpus and name not in self.gpus
+            state, rows = poll_node(self.addresses[name], self.unit, self.timeout, read_gpus)
+            if state.state != UNREACHABLE:
+                if read_gpus:
+                    self.gpus[name] = [row.__dict__ for row in rows]
+                self.liveness.answered(name, state)
+            self._done.wait(max(0.0, self.poll - (time.monotonic() - began)))
+
+
 def tail(address: str | None, log: str, lines: int) -> str:
     """The last lines the node's workers wrote (torchrun's own lines left out), or the
     log's last lines when no worker wrote any (torchrun failed before it started them)."""
     try:
-        done = run(address, ["tail", "-n", str(max(20 * lines, 400)), log])
+        done = run(address, ["tail", "-n", str(max(20 * lines, 400)), log], TAIL_TIMEOUT)
     except subprocess.TimeoutExpired:
         return "(the node did not answer)"
     if done.returncode != 0:
@@ -266,7 +338,7 @@ def slurm_poller(params: dict, addresses: dict[str, str | None], names: list[str
         if not path:
             return ""
         try:
-            done = run(addresses.get(host), ["cat", path])
+            done = run(addresses.get(host), ["cat", path], TAIL_TIMEOUT)
         except subprocess.TimeoutExpired:
             return ""
         return done.stdout if done.returncode == 0 else ""
@@ -274,7 +346,7 @@ def slurm_poller(params: dict, addresses: dict[str, str | None], names: list[str
     def poll_all() -> dict[str, NodeState]:
         argv = ["scontrol", "--oneliner", "show", "job", params["slurm_job_id"]]
         try:
-            done = run(None, argv)
+            done = run(None, argv, TAIL_TIMEOUT)
         except subprocess.TimeoutExpired:
             done = subprocess.CompletedProcess(argv, 1, "", "scontrol did not answer")
         if done.returncode != 0:
@@ -308,7 +380,9 @@ def main() -> None:
             **progress_argument_spec(),
             "tail_lines": {"type": "int", "default": 30},
             "wait": {"type": "float", "default": 25},
-            "poll": {"type": "float", "default": 2},
+            "poll": {"type": "float", "default": 1},
+            "lost_after": {"type": "float", "default": LOST_AFTER_S},
+            "heard_ago": {"type": "dict", "default": {}},
             "stall_timeout": {"type": "float", "default": 0},
             "quiet_for": {"type": "float", "default": 0},
             "stop_marker": {"type": "path", "required": True},
@@ -329,53 +403,42 @@ def main() -> None:
     addresses[params["self_name"]] = None
     names = list(addresses)
 
-    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-        gpus: dict[str, list] = {}
+    liveness = Liveness(names, params["lost_after"], params["heard_ago"])
+    follow = FollowBuffer.empty(params["follow"])
+    rank0 = RankZeroLog(
+        params["log"],
+        params["offset"],
+        progress_matcher(params["progress_prefixes"], params["progress_regex"]),
+        params["quiet_for"],
+        sink=follow.add if params["follow"] > 0 else None,
+    )
 
-        def poll_units() -> dict[str, NodeState]:
-            # The GPUs once a round: their first reading (nvidia-smi has its own cost).
-            read_gpus = params["gpus"] and not gpus
-            polled = pool.map(
-                lambda name: poll_node(addresses[name], params["unit"], read_gpus), names
-            )
-            states = {}
-            for name, (state, rows) in zip(names, polled):
-                states[name] = state
-                if read_gpus:
-                    gpus[name] = [row.__dict__ for row in rows]
-            return states
+    def news() -> bool:
+        rank0.read()
+        return bool(follow.lines or follow.skipped)
 
-        slurm: dict[str, str] = {}
-        poll_all = poll_units
-        if params["slurm_job_id"]:
-            poll_all, slurm = slurm_poller(params, addresses, names)
-
-        follow = FollowBuffer.empty(params["follow"])
-        rank0 = RankZeroLog(
-            params["log"],
-            params["offset"],
-            progress_matcher(params["progress_prefixes"], params["progress_regex"]),
-            params["quiet_for"],
-            sink=follow.add if params["follow"] > 0 else None,
-        )
-
-        def news() -> bool:
-            rank0.read()
-            return bool(follow.lines or follow.skipped)
-
+    slurm: dict[str, str] = {}
+    pollers = NodePollers({} if params["slurm_job_id"] else addresses, params, liveness)
+    poll_all = liveness.states
+    if params["slurm_job_id"]:
+        poll_all, slurm = slurm_poller(params, addresses, names)
+    with pollers:
         seen = watch_round(
             poll_all,
             lambda: os.path.exists(params["stop_marker"]),
             wait=params["wait"],
-            poll=params["poll"],
+            poll=ROUND_POLL_S,
+            # Loss is decided by time (liveness), not by a count of polls.
+            unreachable_polls=1,
             stalled=lambda: rank0.stalled(params["stall_timeout"]),
             news=news if params["follow"] > 0 else lambda: False,
             min_wait=params["min_wait"],
         )
-        bad = first_failure(seen.states, seen.verdict.bad_nodes)
-        unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]
-        # A node that does not answer has no log to show: asking would only add a timeout.
-        readable = [name for name in bad if name not in unreachable]
+    bad = first_failure(seen.states, seen.verdict.bad_nodes)
+    unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]
+    # A node that does not answer has no log to show: asking would only add a timeout.
+    readable = [name for name in bad if name not in unreachable]
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(readable)))) as pool:
         logs = pool.map(
             lambda name: tail(addresses[name], params["log"], params["tail_lines"]), readable
         )
@@ -401,7 +464,8 @@ def main() -> None:
         polls=seen.polls,
         lines=follow.lines,
         skipped_lines=follow.skipped,
-        gpus=gpus,
+        gpus=pollers.gpus,
+        heard_ago=liveness.heard_ago(),
         slurm={
             key: slurm.get(field, "")
             for key, field in (("state", "JobState"), ("reason", "Reason"), ("host", "BatchHost"))

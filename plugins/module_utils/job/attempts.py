@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import RankFailure
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.gpu_release import (
+    held_problem,
+)
 
 
 @dataclass
@@ -46,6 +49,10 @@ class Attempt:
     stall: dict[str, Any] = field(default_factory=dict)
     # Copies of the master's output folder made while it ran (no shared folder).
     copies_during: list[dict[str, Any]] = field(default_factory=list)
+    # When each node was last heard from (seconds since the epoch, the controller's clock), and
+    # when the lost ones had all fenced themselves (job/fence.py:fence_until; 0: nothing to wait).
+    heard: dict[str, float] = field(default_factory=dict)
+    fence_until: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -84,6 +91,11 @@ def teardown_problems(teardown: Mapping[str, Mapping[str, object]]) -> tuple[lis
             left = list(result.get("leftovers") or [])
             if left:
                 problems.append(f"{name}: processes of the job are left: " + "; ".join(left[:5]))
+            held = result.get("gpu_held") or {}
+            if held:
+                waited = float(result.get("gpu_release_seconds") or 0)  # type: ignore[arg-type]
+                memory = {int(pid): int(mib) for pid, mib in held.items()}  # type: ignore[union-attr]
+                problems.append(held_problem(name, memory, waited))
             if result.get("port_users"):
                 problems.append(
                     f"{name}: the master port is in use by {', '.join(result['port_users'])}"  # type: ignore[arg-type]

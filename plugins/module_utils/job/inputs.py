@@ -93,7 +93,42 @@ def watch_problems(inputs: Mapping[str, Any]) -> list[str]:
     return [
         *one_or_more(inputs, "train_watch_interval", "seconds"),
         *one_or_more(inputs, "train_follow_max_lines", "lines"),
+        *liveness_problems(inputs),
     ]
+
+
+# The shortest train_lost_after: an SSH hiccup of 2 s on a loaded node is no loss.
+LOST_AFTER_MIN = 3
+# A fence must wait out the loss and one of the controller's rounds on the master (2 s) more,
+# or it would stop a node that the watch still counts in.
+FENCE_OVER_LOST = 3
+
+
+def liveness_problems(inputs: Mapping[str, Any]) -> list[str]:
+    """train_lost_after, train_fence_timeout and train_gpu_release_timeout, and how the first
+    two go together."""
+    problems = []
+    lost = str(inputs.get("train_lost_after", LOST_AFTER_MIN))
+    if not lost.isdigit() or int(lost) < LOST_AFTER_MIN:
+        problems.append(
+            f"train_lost_after must be a whole number of seconds, {LOST_AFTER_MIN} or more (got "
+            f"{lost!r}): below that, an SSH hiccup of a loaded node would count as a lost node"
+        )
+    fence = str(inputs.get("train_fence_timeout", 0))
+    if not fence.isdigit():
+        problems.append(f"train_fence_timeout must be a whole number of seconds (got {fence!r})")
+    elif lost.isdigit() and 0 < int(fence) < int(lost) + FENCE_OVER_LOST:
+        problems.append(
+            f"train_fence_timeout={fence} is too short for train_lost_after={lost}: a node would "
+            f"stop its job while the watch still counts it in. Use 0 (no fence) or "
+            f"{int(lost) + FENCE_OVER_LOST} or more"
+        )
+    release = str(inputs.get("train_gpu_release_timeout", 0))
+    if not release.isdigit():
+        problems.append(
+            f"train_gpu_release_timeout must be a whole number of seconds (got {release!r})"
+        )
+    return problems
 
 
 def confinement_problems(inputs: Mapping[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,8 @@ root = os.environ["SHIM_ROOT"]
 mine = os.path.join(root, host)
 command = command.replace(os.environ["SHIM_FOLDER"], mine)
 command = re.sub(re.escape(root) + r"/[A-Za-z0-9_-]+", mine, command)
+if "--server" in command and "SHIM_SLOW" in os.environ:
+    import time; time.sleep(float(os.environ["SHIM_SLOW"]))  # a slow network
 done = subprocess.run(["sh", "-c", command])
 # After an rsync into a receiver: the master's checkpoint is rewritten SHIM_CHANGES times in
 # all, as a training script saving its next snapshot would while the copy travels.
@@ -199,10 +202,15 @@ def two_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return master, tmp_path / "nodes" / "node1"
 
 
-def _during(master: Path, tries: int = 3) -> dict:
+def _during(master: Path, tries: int = 3, max_seconds: float = 0) -> dict:
     module = torch_job_sync
     sync = module.Sync(
-        {"folder": str(master), "nodes": {"node0": "master", "node1": "node1"}, "timeout": 10}
+        {
+            "folder": str(master),
+            "nodes": {"node0": "master", "node1": "node1"},
+            "timeout": 10,
+            "max_seconds": max_seconds,
+        }
     )
     found = sync.during(copies=1, settle=0.2, tries=tries)
     return {**found, "problems": sync.problems, "transfers": sync.transfers}
@@ -215,6 +223,26 @@ def test_a_copy_while_the_job_runs_reaches_the_next_node(two_folders) -> None:
     assert found["holders"] == ["node1"]
     assert found["problems"] == []
     assert not (node1 / INCOMING).exists()
+
+
+def test_a_copy_cut_short_by_max_seconds_says_so_and_the_next_one_finishes(
+    two_folders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch gives a copy at most a few seconds a call, so that its rounds (and every
+    node's fence heartbeat) never wait on a big checkpoint's transfer."""
+    master, node1 = two_folders
+    monkeypatch.setenv("SHIM_SLOW", "5")
+    began = time.monotonic()
+    found = _during(master, max_seconds=1)
+    assert time.monotonic() - began < 3
+    assert found["incomplete"] is True
+    assert found["holders"] == []
+    assert found["problems"] == []  # cut short is not a failure: it goes on next time
+    assert not (node1 / "snapshot.pt").exists()
+    monkeypatch.delenv("SHIM_SLOW")
+    found = _during(master, max_seconds=10)
+    assert (found["incomplete"], found["holders"]) == (False, ["node1"])
+    assert (node1 / "snapshot.pt").read_text() == "version 1"
 
 
 def test_a_checkpoint_rewritten_while_it_travelled_is_sent_again(

@@ -1,0 +1,168 @@
+"""Self-fencing: a node whose job nobody watches any more stops that job by itself.
+
+Each poll of the watch touches the node's heartbeat file (/run/torch-cluster/<unit>.heard): the
+master's polls touch every worker's, the controller's watch rounds touch the master's. Beside
+the job's unit, torch_job_unit starts a fence unit (<unit>-fence, bound to the job's unit) that
+runs this file with the node's system Python. When the heartbeat is older than the fence
+timeout (train_fence_timeout) while torchrun runs, the fence writes why into the job's log,
+kills every process of the job's unit and stops it: a node cut off from its watcher (a pulled
+link, a partition, a lost controller) keeps no ranks running that could write into the folder
+that the next attempt uses.
+
+The controller's side of the same rule (fence_until): the next attempt starts only once every
+lost node's fence timeout has passed since it was last heard from, plus the fence's own poll
+and kill (FENCE_MARGIN_S).
+
+This file runs on its own (`python3 fence.py UNIT HEARTBEAT TIMEOUT LOG NODE`): standard
+library only, no imports of the collection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+# The node-local folder of heartbeats and the fence's own copy of this file.
+HEARTBEAT_DIR = "/run/torch-cluster"
+FENCE_FILE = "fence.py"
+# The fence looks at the heartbeat this often.
+FENCE_POLL_S = 0.5
+# After the fence timeout: the fence's poll, its kill, and the processes' end.
+FENCE_MARGIN_S = 2.0
+
+
+def heartbeat_path(unit: str) -> str:
+    return f"{HEARTBEAT_DIR}/{unit}.heard"
+
+
+def fence_unit(unit: str) -> str:
+    return f"{unit}-fence"
+
+
+def touch_then(heartbeat: str, argv: Sequence[str]) -> list[str]:
+    """argv, run after touching the heartbeat file (if it exists: a node whose job has no fence
+    gets no file)."""
+    return ["sh", "-c", 'touch -c -- "$0" 2>/dev/null; exec "$@"', heartbeat, *argv]
+
+
+def fence_unit_argv(python: str, unit: str, timeout: float, log: str, node: str) -> list[str]:
+    """The systemd-run command of the fence unit beside the job's unit: bound to it (stopping
+    the job stops the fence), collected once it ends."""
+    return [
+        "systemd-run", f"--unit={fence_unit(unit)}", "--collect", "--quiet",
+        f"--description=fence of {unit} (train_fence_timeout={timeout:g})",
+        f"--property=BindsTo={unit}.service", f"--property=After={unit}.service",
+        "--", python, f"{HEARTBEAT_DIR}/{FENCE_FILE}", unit, heartbeat_path(unit),
+        f"{timeout:g}", log, node,
+    ]  # fmt: skip
+
+
+class KeptHeard:
+    """While a task of the launcher works on a node with the job's processes still running
+    (the stall's stacks), its heartbeat is touched every second: the fence waits for it."""
+
+    def __init__(self, unit: str) -> None:
+        self.path = heartbeat_path(unit) if unit else ""
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._keep, daemon=True)
+
+    def _keep(self) -> None:
+        while not self._done.is_set():
+            if os.path.exists(self.path):
+                with contextlib.suppress(OSError):
+                    os.utime(self.path)
+            self._done.wait(1.0)
+
+    def __enter__(self) -> KeptHeard:
+        if self.path:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+
+
+def fence_due(silent_for: float, timeout: float) -> bool:
+    return timeout > 0 and silent_for >= timeout
+
+
+def fence_line(node: str, silent_for: float, timeout: float) -> str:
+    return (
+        f"=== torch-cluster: node {node} fenced itself: its watcher (the master's polls, or the "
+        f"controller's rounds on the master) had not reached it for {silent_for:.1f} s "
+        f"(train_fence_timeout={timeout:g}); every process of the job on this node was killed "
+        f"at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
+    )
+
+
+def fence_until(
+    heard: Mapping[str, float], lost: Sequence[str], timeout: float, margin: float = FENCE_MARGIN_S
+) -> float:
+    """When (seconds since the epoch, the controller's clock) every lost node has fenced itself:
+    the newest of their last answers plus the timeout and the margin. 0.0 when there is nothing
+    to wait for (no lost node, or no fence)."""
+    if timeout <= 0:
+        return 0.0
+    times = [heard[name] for name in lost if name in heard]
+    return max(times) + timeout + margin if times else 0.0
+
+
+def _main_pid(unit: str) -> int:
+    done = subprocess.run(
+        ["systemctl", "show", unit, "--property=MainPID", "--value"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        return int(done.stdout.strip() or 0)
+    except ValueError:
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie, waiting for its parent, has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _heard(heartbeat: str, started: float) -> float:
+    try:
+        return max(started, os.stat(heartbeat).st_mtime)
+    except OSError:
+        return started
+
+
+def _fence(unit: str, log: str, line: str) -> None:
+    try:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError:
+        pass
+    subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False)
+    subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+
+
+def run(argv: Sequence[str]) -> int:
+    unit, heartbeat, timeout, log, node = argv[0], argv[1], float(argv[2]), argv[3], argv[4]
+    started = time.time()
+    pid = _main_pid(unit)
+    while pid and _alive(pid):
+        silent = time.time() - _heard(heartbeat, started)
+        if fence_due(silent, timeout):
+            _fence(unit, log, fence_line(node, silent, timeout))
+            return 0
+        time.sleep(FENCE_POLL_S)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))
