@@ -542,7 +542,11 @@ def stop(module: AnsibleModule) -> None:
     clear(module, fence_unit(params["name"]), show(module, fence_unit(params["name"])))
     if not module.check_mode and os.path.exists(heartbeat_path(params["name"])):
         os.remove(heartbeat_path(params["name"]))
-    held, waited = wait_for_release(lambda: gpu_apps(module), pids, params["gpu_release_timeout"])
+    held, waited = (
+        ({}, 0.0)
+        if module.check_mode
+        else wait_for_release(lambda: gpu_apps(module), pids, params["gpu_release_timeout"])
+    )
     leftovers = [] if module.check_mode else job_processes(params["job_id"])
     port_users = port_listeners(params["port"]) if params["port"] else []
     results = matching_files(params["output_dir"], params["results"]) if params["results"] else []

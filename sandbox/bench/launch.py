@@ -12,9 +12,11 @@
    Reported: the time until the playbook has failed, and whether any process of the job is left.
 3. Restart: the same with train_max_restarts=1. Reported: the time from the kill to rank 0's
    first training step of the restarted job, and whether the playbook then succeeded.
-4. Lost node: the last node taken off the network (its link down, through podman) in a job with
-   train_min_nodes one less and train_max_restarts=1. Reported: the time from the loss to rank
-   0's first training step on the nodes left (needs 3 nodes: make sandbox SANDBOX_NODES=3).
+4. Lost node: a worker (the last node), then the master (the first), taken off the network
+   (its link down, through podman) in a job with train_min_nodes one less and
+   train_max_restarts=1. Reported: the seconds from the loss to its detection, from there to
+   the restart, from there to rank 0's next training step on the nodes left, and the whole
+   (needs 3 nodes: make sandbox SANDBOX_NODES=3).
 5. Stall: one rank of molecule/sandbox/tests/scripts/stall_on_rank.py sleeps before an
    all_reduce, train_stall_timeout=20. Reported: the time from rank 0's last line to the
    playbook's report of the stall (stacks collected, job stopped).
@@ -267,12 +269,14 @@ def container(name: str, address: str) -> tuple[str, str]:
     sys.exit(f"no container is {name} at {address}")
 
 
-def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
-    """Take the last node off the network in a long job that may go on without it; seconds
-    from the loss to rank 0's first step on the nodes left."""
-    master = nodes[0][1]["ansible_host"]
-    victim, address = nodes[-1][0], nodes[-1][1]["ansible_host"]
-    name, device = container(victim, address)
+def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str, victim: int) -> dict:
+    """Take one node (the last, a worker; or the first, the master) off the network in a long
+    job that may go on without it. The seconds from the loss to its detection (the watch's
+    end, attempts.json), from there to the restart (the next attempt's watch start), and from
+    there to rank 0's next training step on the nodes left; and the whole."""
+    victim_name, address = nodes[victim][0], nodes[victim][1]["ansible_host"]
+    new_master = nodes[1 if victim == 0 else 0][1]["ansible_host"]
+    name, device = container(victim_name, address)
     routes = json.loads(
         subprocess.run(
             ["podman", "exec", name, "ip", "-j", "-4", "route"],
@@ -285,12 +289,12 @@ def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
         nodes, job_id, data, train_max_restarts=1, train_min_nodes=len(nodes) - 1,
         train_extra_args=["--epochs", "100"],
     )  # fmt: skip
-    resumed = Output(follow(master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
+    resumed = Output(follow(new_master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
     time.sleep(1)  # let tail start
     subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "down"], check=True)
-    lost = time.monotonic()
+    lost, lost_at = time.monotonic(), time.time()
     try:
-        seconds = resumed.wait_seen(300) - lost
+        back = resumed.wait_seen(300) - lost
     finally:
         resumed.process.kill()
         subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "up"], check=True)
@@ -303,8 +307,30 @@ def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
                    check=False)  # fmt: skip
     output, _ = run.communicate(timeout=300)
     if "left the job (stopped answering)" not in output:
-        sys.exit(f"train.yml did not go on without {victim}:\n{output[-3000:]}")
-    return seconds
+        sys.exit(f"train.yml did not go on without {victim_name}:\n{output[-3000:]}")
+    record = json.loads(Path(f"/tmp/bench-launch-runs/{job_id}/attempts.json").read_text())
+    first, second = record["attempts"][:2]
+    detected = first["started_at"] + first["seconds"] - lost_at
+    restarted = second["started_at"] - lost_at
+    return {
+        "detection": detected,
+        "restart": restarted - detected,
+        "next line": back - restarted,
+        "whole": back,
+    }
+
+
+def lost_nodes(nodes: list[tuple[str, dict]], tag: str, data: str, repeat: int) -> None:
+    """lost_node for a worker and for the master, `repeat` times each; medians printed."""
+    for victim, role in ((len(nodes) - 1, "worker"), (0, "master")):
+        found: list[dict] = []
+        for i in range(repeat):
+            found.append(lost_node(nodes, f"{tag}-lost-{role}-{i}", data, victim))
+            parts = ", ".join(f"{key} {value:.1f} s" for key, value in found[-1].items())
+            print(f"lost {role} {i + 1}: {parts}", flush=True)
+        medians = {key: statistics.median(run[key] for run in found) for key in found[0]}
+        parts = ", ".join(f"{key} {value:.1f} s" for key, value in medians.items())
+        print(f"lost {role}, link pulled (median of {repeat}): {parts}", flush=True)
 
 
 def stall(nodes: list[tuple[str, dict]], job_id: str, data: str) -> float:
@@ -336,6 +362,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--launch-only", action="store_true", help="skip the faults and restarts")
+    parser.add_argument(
+        "--lost-only", action="store_true", help="the launch overhead and the lost nodes only"
+    )
     args = parser.parse_args()
     group_vars, nodes = inventory()
     # `make data`'s digits, which inventory/sandbox/group_vars stages for every job.
@@ -361,6 +390,9 @@ def main() -> None:
     )
     if args.launch_only:
         return
+    if args.lost_only:
+        lost_nodes(nodes, tag, data, args.repeat)
+        return
     down, again = [], []
     for i in range(args.repeat):
         seconds, left = teardown(nodes, f"{tag}-fault-{i}", data)
@@ -375,12 +407,7 @@ def main() -> None:
         f"kill to training resumed, train_max_restarts=1 (median): {statistics.median(again):.1f} s"
     )
     if len(nodes) >= 3:
-        lost = []
-        for i in range(args.repeat):
-            lost.append(lost_node(nodes, f"{tag}-lost-{i}", data))
-            print(f"lost node {i + 1}: training again on the rest {lost[-1]:.1f} s after the loss",
-                  flush=True)  # fmt: skip
-        print(f"node lost to training again (median): {statistics.median(lost):.1f} s")
+        lost_nodes(nodes, tag, data, args.repeat)
     stalls = []
     for i in range(args.repeat):
         stalls.append(stall(nodes, f"{tag}-stall-{i}", data))

@@ -63,6 +63,10 @@ print(json.dumps(result))
 """
 
 
+# Where Node.slow_answers puts its slow systemctl: before /usr/bin on SSH's search path.
+SLOW_SHIM = "/usr/local/bin/systemctl"
+
+
 @dataclass(frozen=True)
 class Connection:
     """What a TCP connection attempt ended with."""
@@ -182,6 +186,20 @@ class Node:
             yield
         finally:
             self._podman("exec", container, "tc", "qdisc", "del", "dev", device, "root")
+
+    @contextlib.contextmanager
+    def slow_answers(self, seconds: float) -> Iterator[None]:
+        """Every command the node runs through SSH's search path (/usr/local/bin first) answers
+        SECONDS late, as from a loaded node: the watch's polls of its unit (systemctl) take
+        that much longer. Put in and taken out through podman, not through the slowed SSH."""
+        container = self._container()
+        shim = f'#!/bin/sh\nsleep {seconds}\nexec /usr/bin/systemctl "$@"\n'
+        self._podman("exec", container, "sh", "-c",
+                     f"printf '%s' '{shim}' > {SLOW_SHIM} && chmod 755 {SLOW_SHIM}")  # fmt: skip
+        try:
+            yield
+        finally:
+            self._podman("exec", container, "rm", "-f", SLOW_SHIM)
 
     @contextlib.contextmanager
     def mtu(self, size: int) -> Iterator[None]:

@@ -25,6 +25,16 @@ EXAMPLES = PROJECT_DIR / "train" / "examples"
 # Long enough on the sandbox (about 2 s an epoch on three nodes) that a fault lands mid-run.
 JOB = ["--epochs", "10", "--model", "cnn", "--batch-size", "16", "--log-interval", "0"]
 STALL_TIMEOUT = 20
+# From a node's loss to rank 0's next line on the rest: the issue's 20 s, and this 2-core
+# machine's noise (three nodes training on it) on top.
+BACK_IN_S, NOISE_S = 20, 5
+FENCED = "fenced itself: its watcher"
+
+
+def fenced(job: Job, node: Node) -> None:
+    """The node's part of the job stopped by itself, without stop.yml, and its log says why."""
+    assert job.processes(node) == [], job.processes(node)
+    assert FENCED in job.log(node), job.log(node)[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +124,11 @@ def test_a_lost_worker_is_left_out_and_the_job_resumes_on_the_others(
     resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
     assert resumed >= 3, "it did not resume from the checkpoint"
     assert metrics(playbook, job)["epochs_completed"] == 10
-    assert back < 120, f"training ran again {back:.0f} s after the loss"
     print(f"lost worker: rank 0 resumed {back:.1f} s after node2 was unplugged")
+    assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"
     assert no_processes(job, [node0, node1]) == {"node0": [], "node1": []}
+    # node2 was cut off for the rest of the job: plugged back, its part had stopped by itself.
+    fenced(job, node2)
 
 
 def test_a_lost_master_hands_over_to_the_next_node_and_its_checkpoint_copy(
@@ -172,7 +184,79 @@ def test_a_lost_master_hands_over_to_the_next_node_and_its_checkpoint_copy(
     assert resumed.get(0, 0) >= 3, log
     assert "[rank0]: Epoch 12 | Training snapshot saved" in log
     print(f"lost master: rank 0 resumed {back:.1f} s after node1's container was stopped")
+    assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"
     assert no_processes(job, cluster) == {node.name: [] for node in cluster}
+
+
+def test_a_master_cut_off_is_replaced_within_seconds_and_fences_itself(
+    playbook: Playbook, cluster: list[Node], three_nodes: dict[str, Path]
+) -> None:
+    """The master's link is pulled (it stays up, its ranks blocked): the others train again
+    from its copied snapshot within seconds, and when its link comes back its own part of the
+    job has stopped by itself (train_fence_timeout), with no stop.yml."""
+    node0, node1, _ = cluster
+    job = Job(f"test-{secrets.token_hex(4)}", shared="")
+    extra = job_vars(
+        job,
+        train_code_dir=str(EXAMPLES),
+        train_script="snapshot_ddp.py",
+        train_script_args=["30", "1", "--dataset_size", "40000"],
+        train_resume_args=[],
+        train_shared_dir="",
+        train_output_copy_interval=3,
+        train_min_nodes=2,
+        train_max_restarts=1,
+        cluster_group="node1_first",
+    )
+    running = playbook.start("train.yml", extra, inventories=(three_nodes["master_last"],))
+    try:
+        job.wait_for_log(node1, r"^\[rank0\]: Epoch 3 \| Training snapshot saved", timeout=120)
+        time.sleep(5)  # a copy while it runs
+        with node1.unplugged():
+            lost = time.monotonic()
+            job.wait_for_log(node0, r"Resuming training from snapshot", timeout=120, interval=0.5)
+            back = time.monotonic() - lost
+            time.sleep(3)  # past its fence timeout since it was last heard from
+        outcome = running.wait(timeout=400)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    assert "node1 left the job (stopped answering)" in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["outcome"] == "unwatchable"
+    assert second["outcome"] == "succeeded"
+    # The next attempt began only once node1's fence had fired: fence_until is past its
+    # last answer by the fence timeout.
+    assert first["fence_until"] >= first["heard"]["node1"] + 10, first
+    print(f"master cut off: rank 0 resumed {back:.1f} s after node1's link was pulled")
+    assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"
+    fenced(job, node1)
+
+
+def test_a_slow_node_is_not_a_lost_one(playbook: Playbook, job: Job, members: list[Node]) -> None:
+    """For 20 s every poll of node1 answers 2 s late, as a loaded node's SSH would: it is slow,
+    not lost, and the job is neither restarted nor fenced."""
+    node0, node1 = members
+    extra = job_vars(job, *JOB, train_max_restarts=1)
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: epoch 2/10 ")
+        with node1.slow_answers(2):
+            began = time.monotonic()
+            probe = node0.host.run(f"runuser -u torch -- ssh -o BatchMode=yes {node1.address} "
+                                   f"systemctl is-system-running")  # fmt: skip
+            poll = time.monotonic() - began
+            time.sleep(20)
+        outcome = running.wait(timeout=400)
+    finally:
+        running.kill()
+    assert outcome.rc == 0, outcome.output
+    assert "left the job" not in outcome.output
+    (only,) = attempts(playbook, job)
+    assert only["outcome"] == "succeeded"
+    assert FENCED not in job.log(node1)
+    print(f"slow node: a command over SSH on node1 took {poll:.1f} s (rc {probe.rc}); no restart")
+    assert poll >= 2, "the node's answers were not slowed"
 
 
 def test_a_spare_takes_a_lost_nodes_place_and_the_world_size_stays(

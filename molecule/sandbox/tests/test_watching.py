@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launcher import PROJECT_DIR, Job, Playbook, job_vars
+from launcher import PROJECT_DIR, Job, Playbook, attempts, job_vars
 from sandbox_nodes import Node
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -240,7 +240,9 @@ def test_logs_yml_follows_a_job_whose_launcher_was_interrupted(
     playbook: Playbook, members: list[Node]
 ) -> None:
     job = Job(f"test-{secrets.token_hex(4)}")
-    running = playbook.start("train.yml", script_job(job, SCRIPTS, "tick_every_second.py", ["20"]))
+    # Without a fence: a job whose launcher is gone runs on (train_fence_timeout=0).
+    extra = script_job(job, SCRIPTS, "tick_every_second.py", ["20"], train_fence_timeout=0)
+    running = playbook.start("train.yml", extra)
     try:
         job.wait_for_log(members[0], r"^\[rank0\]: tick 3 printed")
     finally:
@@ -277,3 +279,69 @@ def test_logs_yml_refuses_a_job_no_node_holds(playbook: Playbook) -> None:
     missing = playbook.run("logs.yml", {"job_id": "no-such-job"})
     assert missing.rc != 0
     assert "holds a log of job no-such-job" in missing.output
+
+
+def test_a_job_whose_launcher_is_killed_stops_itself_on_every_node(
+    playbook: Playbook, members: list[Node]
+) -> None:
+    """The controller is lost (its ansible-playbook killed): nobody watches the job, so every
+    node's part stops by itself after train_fence_timeout, and each log says why."""
+    job = Job(f"test-{secrets.token_hex(4)}")
+    extra = script_job(job, SCRIPTS, "tick_every_second.py", ["120"], train_fence_timeout=10)
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(members[0], r"^\[rank0\]: tick 3 printed")
+    finally:
+        running.process.kill()
+        running.process.wait()
+    killed = time.monotonic()
+    deadline = killed + 30
+    while any(job.processes(node) for node in members) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    took = time.monotonic() - killed
+    try:
+        assert {node.name: job.processes(node) for node in members} == {
+            node.name: [] for node in members
+        }
+        for node in members:
+            assert f"node {node.name} fenced itself: its watcher" in job.log(node)
+        print(f"fence: every node's part of the job had stopped {took:.1f} s after the launcher")
+        assert 10 <= took <= 10 + 6, took
+    finally:
+        assert playbook.run("stop.yml", {"job_id": job.job_id}).rc == 0
+
+
+def test_gpu_memory_still_held_after_a_stop_fails_the_job_naming_the_node(
+    playbook: Playbook, members: list[Node]
+) -> None:
+    """nvidia-smi (a fake: the sandbox has no GPU) says node1's ranks still hold GPU memory
+    after their stop: the launcher waits train_gpu_release_timeout, then fails the job,
+    naming node1, instead of starting the next attempt on GPUs that are not free."""
+    node0, node1 = members
+    job = Job(f"test-{secrets.token_hex(4)}")
+    extra = script_job(
+        job, SCRIPTS, "tick_every_second.py", ["60"], nproc=2,
+        train_max_restarts=1, train_gpu_release_timeout=3,
+    )  # fmt: skip
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: tick 3 printed")
+        pids = [line.split()[0] for line in job.processes(node1)]
+        held = "".join(f"{pid}, 1024\\n" for pid in pids)
+        script = (
+            "#!/bin/sh\n"
+            "# torch-cluster test: node1's job processes on a GPU, whatever happened to them.\n"
+            'case "$1" in --query-compute-apps=*) printf ' + shlex.quote(held) + "; exit 0;; esac\n"
+            "exit 9\n"
+        )
+        encoded = base64.b64encode(script.encode()).decode()
+        node1.host.check_output(f"echo {encoded} | base64 -d > {FAKE_SMI} && chmod 755 {FAKE_SMI}")
+        job.kill_workers(node1)
+        outcome = running.wait(timeout=180)
+    finally:
+        running.kill()
+        node1.host.run(f"rm -f {FAKE_SMI}")
+    assert outcome.rc != 0, outcome.output
+    assert "node1: the GPU memory of the stopped attempt is still held" in outcome.output
+    assert "(train_gpu_release_timeout)" in outcome.output
+    assert len(attempts(playbook, job)) == 1  # no restart onto GPUs that are not free

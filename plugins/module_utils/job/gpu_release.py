@@ -31,25 +31,40 @@ def parse_compute_apps(text: str) -> dict[int, int]:
     return found
 
 
-def still_held(apps: Mapping[int, int], job_pids: Iterable[int]) -> dict[int, int]:
-    """The attempt's processes that still hold GPU memory."""
+def still_held(
+    apps: Mapping[int, int], job_pids: Iterable[int], alive: Callable[[int], bool]
+) -> dict[int, int]:
+    """What the GPUs still hold for the stopped attempt: its own processes, and processes that
+    have ended but whose memory the driver has not released yet (another program's running
+    processes are not the job's to wait for)."""
     pids = set(job_pids)
-    return {pid: memory for pid, memory in apps.items() if pid in pids}
+    return {pid: mib for pid, mib in apps.items() if pid in pids or not alive(pid)}
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def wait_for_release(
     query: Callable[[], str | None],
     job_pids: Iterable[int],
     timeout: float,
+    *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    alive: Callable[[int], bool] = running,
 ) -> tuple[dict[int, int], float]:
     """(what is still held when the wait ends, the seconds it took). `query` returns
     COMPUTE_APPS' output, or None when nvidia-smi cannot be asked (nothing to wait for)."""
     pids, begun = list(job_pids), clock()
     while True:
         text = query()
-        held = still_held(parse_compute_apps(text), pids) if text is not None and pids else {}
+        held = still_held(parse_compute_apps(text), pids, alive) if text is not None else {}
         waited = clock() - begun
         if not held or waited >= timeout:
             return held, round(waited, 2)

@@ -34,14 +34,34 @@ class Clock:
 def test_the_wait_ends_once_the_jobs_processes_left_the_gpus() -> None:
     answers = iter([APPS, "4243, 29950\n777, 100\n", "777, 100\n"])
     clock = Clock()
-    held, waited = wait_for_release(lambda: next(answers), [4242, 4243], 30, clock, clock.sleep)
-    # Another program's process (777) is not the job's to wait for.
+    held, waited = wait_for_release(
+        lambda: next(answers),
+        [4242, 4243],
+        30,
+        clock=clock,
+        sleep=clock.sleep,
+        alive=lambda pid: pid == 777,
+    )
+    # Another program's running process (777) is not the job's to wait for.
     assert (held, waited) == ({}, 1.0)
+
+
+def test_an_ended_process_whose_memory_is_not_released_yet_is_waited_for() -> None:
+    """The job's processes had all ended by the stop (so it knew none of their pids), but the
+    driver still lists one with its memory."""
+    answers = iter(["5000, 20000\n777, 100\n", "777, 100\n"])
+    clock = Clock()
+    held, waited = wait_for_release(
+        lambda: next(answers), [], 30, clock=clock, sleep=clock.sleep, alive=lambda pid: pid == 777
+    )
+    assert (held, waited) == ({}, 0.5)
 
 
 def test_the_wait_gives_up_at_the_limit_and_the_teardown_names_the_node() -> None:
     clock = Clock()
-    held, waited = wait_for_release(lambda: APPS, [4242], 3, clock, clock.sleep)
+    held, waited = wait_for_release(
+        lambda: APPS, [4242], 3, clock=clock, sleep=clock.sleep, alive=lambda pid: pid != 4242
+    )
     assert (held, waited) == ({4242: 30011}, 3.0)
     result = {"gpu_held": {str(pid): mib for pid, mib in held.items()}, "gpu_release_seconds": 3}
     _, problems = teardown_problems({"node1": result, "node0": {"leftovers": []}})
@@ -54,5 +74,8 @@ def test_the_wait_gives_up_at_the_limit_and_the_teardown_names_the_node() -> Non
 
 def test_nothing_is_waited_for_without_nvidia_smi_or_processes() -> None:
     clock = Clock()
-    assert wait_for_release(lambda: None, [4242], 30, clock, clock.sleep) == ({}, 0.0)
-    assert wait_for_release(lambda: APPS, [], 30, clock, clock.sleep) == ({}, 0.0)
+    assert wait_for_release(lambda: None, [4242], 30, clock=clock, sleep=clock.sleep) == ({}, 0.0)
+    everyone_runs = wait_for_release(
+        lambda: APPS, [], 30, clock=clock, sleep=clock.sleep, alive=lambda pid: True
+    )
+    assert everyone_runs == ({}, 0.0)
