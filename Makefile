@@ -131,7 +131,8 @@ collection: venv ## Build the torch_cluster.cluster collection into .cache/colle
 	$(BIN)/ansible-galaxy collection build --force --output-path .cache/collection
 
 molecule: setup data nccl-mirror el9-repos ## The sandbox scenario: create, converge, idempotence, verify, destroy
-	cd $(CURDIR) && $(BIN)/molecule test -s sandbox
+	rm -f .cache/verify-junit.xml
+	cd $(CURDIR) && $(BIN)/molecule test -s sandbox || { $(BIN)/python sandbox/failed_tests.py .cache/verify-junit.xml; exit 1; }
 
 test: lint unit molecule ## Everything CI runs
 

@@ -239,6 +239,7 @@ slurm:
 
 # How often the round looks at what the pollers found, and at rank 0's log.
 ROUND_POLL_S = 0.5
+SLURM_POLL_S = 2.0
 # Seconds a node gets to return a log's tail or a Slurm file.
 TAIL_TIMEOUT = 8
 
@@ -427,7 +428,8 @@ def main() -> None:
             poll_all,
             lambda: os.path.exists(params["stop_marker"]),
             wait=params["wait"],
-            poll=ROUND_POLL_S,
+            # scontrol is Slurm's controller's load: every SLURM_POLL_S at most.
+            poll=SLURM_POLL_S if params["slurm_job_id"] else ROUND_POLL_S,
             # Loss is decided by time (liveness), not by a count of polls.
             unreachable_polls=1,
             stalled=lambda: rank0.stalled(params["stall_timeout"]),

@@ -2,7 +2,7 @@
 
 Each poll of the watch touches the node's heartbeat file (/run/torch-cluster/<unit>.heard): the
 master's polls touch every worker's, the controller's watch rounds touch the master's. Beside
-the job's unit, torch_job_unit starts a fence unit (<unit>-fence, bound to the job's unit) that
+the job's unit, torch_job_unit starts a fence unit (fence-<unit>, bound to the job's unit) that
 runs this file with the node's system Python. When the heartbeat is older than the fence
 timeout (train_fence_timeout) while torchrun runs, the fence writes why into the job's log,
 kills every process of the job's unit and stops it: a node cut off from its watcher (a pulled
@@ -41,7 +41,8 @@ def heartbeat_path(unit: str) -> str:
 
 
 def fence_unit(unit: str) -> str:
-    return f"{unit}-fence"
+    # Not torch-job-*: the job list (torch_job_list) takes every such unit for a job.
+    return f"fence-{unit}"
 
 
 def touch_then(heartbeat: str, argv: Sequence[str]) -> list[str]:

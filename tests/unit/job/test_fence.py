@@ -55,7 +55,7 @@ def test_a_poll_touches_the_heartbeat_before_it_asks(tmp_path: Path) -> None:
 
 def test_the_fence_unit_is_bound_to_the_jobs_unit() -> None:
     argv = fence_unit_argv("/usr/bin/python3", "torch-job-x", 10, "/var/log/x.log", "node1")
-    assert argv[:2] == ["systemd-run", "--unit=torch-job-x-fence"]
+    assert argv[:2] == ["systemd-run", "--unit=fence-torch-job-x"]
     assert "--property=BindsTo=torch-job-x.service" in argv
     assert argv[argv.index("--") + 1 :] == [
         "/usr/bin/python3",
