@@ -435,6 +435,7 @@ def main() -> None:
             stalled=lambda: rank0.stalled(params["stall_timeout"]),
             news=news if params["follow"] > 0 else lambda: False,
             min_wait=params["min_wait"],
+            settled=(lambda: True) if params["slurm_job_id"] else liveness.settled,
         )
     bad = first_failure(seen.states, seen.verdict.bad_nodes)
     unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]

@@ -16,6 +16,7 @@ import json
 import re
 import secrets
 import shlex
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -292,6 +293,8 @@ def test_a_job_whose_launcher_is_killed_stops_itself_on_every_node(
     try:
         job.wait_for_log(members[0], r"^\[rank0\]: tick 3 printed")
     finally:
+        # The controller is gone: ansible-playbook and its workers (the watch runs in one).
+        subprocess.run(["pkill", "-KILL", "-P", str(running.process.pid)], check=False)
         running.process.kill()
         running.process.wait()
     killed = time.monotonic()
@@ -320,7 +323,7 @@ def test_gpu_memory_still_held_after_a_stop_fails_the_job_naming_the_node(
     node0, node1 = members
     job = Job(f"test-{secrets.token_hex(4)}")
     extra = script_job(
-        job, SCRIPTS, "tick_every_second.py", ["60"], nproc=2,
+        job, SCRIPTS, "tick_every_second.py", ["60"],
         train_max_restarts=1, train_gpu_release_timeout=3,
     )  # fmt: skip
     running = playbook.start("train.yml", extra)

@@ -36,6 +36,7 @@ class Liveness:
         now = clock()
         ago = heard_ago or {}
         self.heard = {name: now - max(0.0, float(ago.get(name, 0.0))) for name in names}
+        # The latest answer of each node that answered in this round.
         self.latest: dict[str, NodeState] = {}
         self._lock = threading.Lock()
 
@@ -63,6 +64,14 @@ class Liveness:
             else:
                 found[name] = latest.get(name) or NodeState(RUNNING, "not polled yet this round")
         return found
+
+    def settled(self) -> bool:
+        """Every node answered in this round, or is lost: the round may end without throwing a
+        slow answer away (its next round would start that poll again, and never hear it)."""
+        with self._lock:
+            answered = set(self.latest)
+        lost = self.lost_after
+        return all(name in answered or self.silent_for(name) > lost for name in self.heard)
 
     def heard_ago(self) -> dict[str, float]:
         """Seconds since each node's last answer: the next round's `heard_ago`."""

@@ -82,6 +82,7 @@ def watch_round(
     stalled: Callable[[], bool] = lambda: False,
     news: Callable[[], bool] = lambda: False,
     min_wait: float = 0.0,
+    settled: Callable[[], bool] = lambda: True,
 ) -> Round:
     """Poll every node until the job ends, or `wait` seconds pass.
 
@@ -90,7 +91,9 @@ def watch_round(
     first, so that the count never restarts from zero in a new round. A job that runs on
     every node but `stalled()` holds for (rank 0 silent too long) ends the round as stalled.
     A running job's round also ends once `min_wait` seconds have passed and `news()` holds
-    (rank 0's new lines to show, when the controller follows them)."""
+    (rank 0's new lines to show, when the controller follows them). A running job's round
+    ends at `wait` only once `settled()` holds (every node answered in this round or is lost:
+    a slow answer in flight is not thrown away with the round)."""
     misses: dict[str, int] = {}
     begun = clock()
     deadline = begun + wait
@@ -113,9 +116,9 @@ def watch_round(
             verdict = Verdict(JOB_RUNNING)
         if verdict.job == JOB_RUNNING and not undecided and stalled():
             verdict = Verdict(JOB_STALLED)
-        if verdict.job != JOB_RUNNING or (clock() >= deadline and not undecided):
+        if verdict.job != JOB_RUNNING or (clock() >= deadline and not undecided and settled()):
             return Round(verdict, states, polls)
-        if not undecided and clock() >= begun + min_wait and news():
+        if not undecided and clock() >= begun + min_wait and news() and settled():
             return Round(verdict, states, polls)
         sleep(poll)
 

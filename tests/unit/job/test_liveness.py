@@ -80,3 +80,18 @@ def test_the_controller_gives_the_master_its_calls_length_plus_lost_after(monkey
     heard.round({"heard_ago": {"node0": 0.1, "node1": 4.0}})
     assert heard.ago() == {"node0": 0.0, "node1": 4.0}
     assert not heard.master_lost()
+
+
+def test_a_round_waits_for_a_slow_answer_in_flight_and_not_for_a_lost_node() -> None:
+    """The round of 2 s ends only once every node has answered in it or is lost: node1's
+    answers take 2.5 s, and a round that ended first would never hear one."""
+    clock = Clock()
+    live = Liveness(["node0", "node1", "node2"], 6, heard_ago={"node2": 3.0}, clock=clock)
+    live.answered("node0", RUN)
+    clock.now += 2.0
+    assert not live.settled()  # node1's first answer is on its way; node2 is not lost yet
+    clock.now += 0.5
+    live.answered("node1", RUN)
+    assert not live.settled()
+    clock.now += 0.6  # node2: 6.1 s without an answer, lost
+    assert live.settled()
