@@ -231,6 +231,8 @@ def test_a_master_cut_off_is_replaced_within_seconds_and_fences_itself(
     print(f"master cut off: rank 0 resumed {back:.1f} s after node1's link was pulled")
     assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"
     fenced(job, node1)
+    # Its fenced unit is left (failed) for stop.yml to clear, as after any lost node.
+    assert playbook.run("stop.yml", {"job_id": job.job_id}).rc == 0
 
 
 def test_a_slow_node_is_not_a_lost_one(playbook: Playbook, job: Job, members: list[Node]) -> None:
@@ -250,6 +252,8 @@ def test_a_slow_node_is_not_a_lost_one(playbook: Playbook, job: Job, members: li
         outcome = running.wait(timeout=400)
     finally:
         running.kill()
+        # Whatever happened, nothing of the job is left for the next test.
+        playbook.run("stop.yml", {"job_id": job.job_id})
     assert outcome.rc == 0, outcome.output
     assert "left the job" not in outcome.output
     (only,) = attempts(playbook, job)
