@@ -285,10 +285,15 @@ def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str, victim: int
             check=True,
         ).stdout
     )
+    # The sandbox's shared folder is served by node0: a lost master takes it along (see
+    # docs/lost-nodes-and-stalls.md). Without it, the master's checkpoint is copied to the next
+    # node every 3 s while the job runs.
+    own_folder = {"train_shared_dir": "", "train_output_copy_interval": 3} if victim == 0 else {}
     run = start_long_job(
         nodes, job_id, data, train_max_restarts=1, train_min_nodes=len(nodes) - 1,
-        train_extra_args=["--epochs", "100"],
+        train_extra_args=["--epochs", "100"], **own_folder,
     )  # fmt: skip
+    time.sleep(5 if victim == 0 else 0)  # a checkpoint, and a copy of it
     resumed = Output(follow(new_master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
     time.sleep(1)  # let tail start
     subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "down"], check=True)

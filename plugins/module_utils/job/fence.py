@@ -32,8 +32,9 @@ HEARTBEAT_DIR = "/run/torch-cluster"
 FENCE_FILE = "fence.py"
 # The fence looks at the heartbeat this often.
 FENCE_POLL_S = 0.5
-# After the fence timeout: the fence's poll, its kill, and the processes' end.
-FENCE_MARGIN_S = 2.0
+# After the fence timeout: the fence's look (every FENCE_POLL_S), its SIGKILL, and the
+# processes' end (SIGKILL cannot be caught: no checkpoint is written after it).
+FENCE_MARGIN_S = 1.0
 
 
 def heartbeat_path(unit: str) -> str:
