@@ -291,10 +291,13 @@ def lost_node(nodes: list[tuple[str, dict]], job_id: str, data: str, victim: int
     own_folder = {"train_shared_dir": "", "train_output_copy_interval": 3} if victim == 0 else {}
     run = start_long_job(
         nodes, job_id, data, train_max_restarts=1, train_min_nodes=len(nodes) - 1,
-        train_extra_args=["--epochs", "100"], **own_folder,
+        train_extra_args=["--epochs", "2000"], **own_folder,
     )  # fmt: skip
     time.sleep(5 if victim == 0 else 0)  # a checkpoint, and a copy of it
-    resumed = Output(follow(new_master, f"{BASE}/jobs/{job_id}/node.log"), FIRST_STEP, RESUMED)
+    # Rank 0's first step of the next attempt (whether it resumed depends on the copies: this
+    # trainer rewrites its checkpoint every few hundredths of a second here, too often to copy).
+    log = follow(new_master, f"{BASE}/jobs/{job_id}/node.log")
+    resumed = Output(log, FIRST_STEP, f"job {job_id}, attempt 2,")
     time.sleep(1)  # let tail start
     subprocess.run(["podman", "exec", name, "ip", "link", "set", device, "down"], check=True)
     lost, lost_at = time.monotonic(), time.time()
