@@ -8,8 +8,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-# The lines of each failure's message shown.
-MESSAGE_LINES = 6
+# The lines of each failure's message shown, and the failed tests named at the very end.
+MESSAGE_LINES = 4
+NAMED_LAST = 20
 
 
 def main(path: str) -> int:
@@ -23,11 +24,16 @@ def main(path: str) -> int:
             name = f"{case.get('classname', '')}::{case.get('name', '')}"
             text = (problem.get("message") or problem.text or "").strip().splitlines()
             failed.append((name, text[:MESSAGE_LINES]))
-    print(f"verify: {len(failed)} test(s) failed")
     for name, lines in failed:
         print(f"FAILED {name}")
         for line in lines:
             print(f"    {line[:200]}")
+    # The names once more, last: a CI log's tail shows them whatever the messages' length.
+    print(f"verify: {len(failed)} test(s) failed:")
+    for name, _ in failed[:NAMED_LAST]:
+        print(f"  {name}")
+    if len(failed) > NAMED_LAST:
+        print(f"  ... and {len(failed) - NAMED_LAST} more")
     return 0
 
 
