@@ -75,6 +75,25 @@ def attempt_logs(log: str) -> list[str]:
     return re.split(r"^=== torch-cluster: job .* attempt \d+,.*$", log, flags=re.MULTILINE)[1:]
 
 
+def tutorial_on_node1(job: Job, epochs: int) -> dict[str, object]:
+    """The tutorial's script on node1_first (node1 the master, not the shared folder's server),
+    with no shared folder: rank 0's snapshot is copied to the next node every 3 s while it runs,
+    and the job may go on with 2 of its 3 nodes once."""
+    return job_vars(
+        job,
+        train_code_dir=str(EXAMPLES),
+        train_script="snapshot_ddp.py",
+        train_script_args=[str(epochs), "1", "--dataset_size", "40000"],
+        # It resumes from its snapshot by itself, and takes no --resume.
+        train_resume_args=[],
+        train_shared_dir="",
+        train_output_copy_interval=3,
+        train_min_nodes=2,
+        train_max_restarts=1,
+        cluster_group="node1_first",
+    )
+
+
 def no_processes(job: Job, nodes: list[Node]) -> dict[str, list[str]]:
     return {node.name: job.processes(node) for node in nodes}
 
@@ -139,19 +158,7 @@ def test_a_lost_master_hands_over_to_the_next_node_and_its_checkpoint_copy(
     node while the job runs. The master, node1, is stopped like a power loss."""
     node0, node1, _ = cluster
     job = Job(f"test-{secrets.token_hex(4)}", shared="")
-    extra = job_vars(
-        job,
-        train_code_dir=str(EXAMPLES),
-        train_script="snapshot_ddp.py",
-        train_script_args=["12", "1", "--dataset_size", "40000"],
-        # It resumes from its snapshot by itself, and takes no --resume.
-        train_resume_args=[],
-        train_shared_dir="",
-        train_output_copy_interval=3,
-        train_min_nodes=2,
-        train_max_restarts=1,
-        cluster_group="node1_first",
-    )
+    extra = tutorial_on_node1(job, epochs=12)
     running = playbook.start("train.yml", extra, inventories=(three_nodes["master_last"],))
     try:
         job.wait_for_log(node1, r"^\[rank0\]: Epoch 3 \| Training snapshot saved", timeout=120)
@@ -196,18 +203,7 @@ def test_a_master_cut_off_is_replaced_within_seconds_and_fences_itself(
     job has stopped by itself (train_fence_timeout), with no stop.yml."""
     node0, node1, _ = cluster
     job = Job(f"test-{secrets.token_hex(4)}", shared="")
-    extra = job_vars(
-        job,
-        train_code_dir=str(EXAMPLES),
-        train_script="snapshot_ddp.py",
-        train_script_args=["30", "1", "--dataset_size", "40000"],
-        train_resume_args=[],
-        train_shared_dir="",
-        train_output_copy_interval=3,
-        train_min_nodes=2,
-        train_max_restarts=1,
-        cluster_group="node1_first",
-    )
+    extra = tutorial_on_node1(job, epochs=30)
     running = playbook.start("train.yml", extra, inventories=(three_nodes["master_last"],))
     try:
         job.wait_for_log(node1, r"^\[rank0\]: Epoch 3 \| Training snapshot saved", timeout=120)

@@ -127,8 +127,8 @@ def _main_pid(unit: str) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
-    """The process runs (a zombie, waiting for its parent, has ended)."""
+def process_running(pid: int) -> bool:
+    """The process exists and has not ended (a zombie, waiting for its parent, has)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
@@ -157,7 +157,7 @@ def run(argv: Sequence[str]) -> int:
     unit, heartbeat, timeout, log, node = argv[0], argv[1], float(argv[2]), argv[3], argv[4]
     started = time.time()
     pid = _main_pid(unit)
-    while pid and _alive(pid):
+    while pid and process_running(pid):
         silent = time.time() - _heard(heartbeat, started)
         if fence_due(silent, timeout):
             _fence(unit, log, fence_line(node, silent, timeout))

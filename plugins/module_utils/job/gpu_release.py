@@ -10,6 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import (
+    process_running,
+)
+
 # Every process on a GPU, with the memory it holds (MiB).
 COMPUTE_APPS = [
     "nvidia-smi",
@@ -41,15 +45,6 @@ def still_held(
     return {pid: mib for pid, mib in apps.items() if pid in pids or not alive(pid)}
 
 
-def running(pid: int) -> bool:
-    """The process exists and has not ended (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def wait_for_release(
     query: Callable[[], str | None],
     job_pids: Iterable[int],
@@ -57,7 +52,7 @@ def wait_for_release(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    alive: Callable[[int], bool] = running,
+    alive: Callable[[int], bool] = process_running,
 ) -> tuple[dict[int, int], float]:
     """(what is still held when the wait ends, the seconds it took). `query` returns
     COMPUTE_APPS' output, or None when nvidia-smi cannot be asked (nothing to wait for)."""
