@@ -132,7 +132,8 @@ collection: venv ## Build the torch_cluster.cluster collection into .cache/colle
 
 molecule: setup data nccl-mirror el9-repos ## The sandbox scenario: create, converge, idempotence, verify, destroy
 	rm -f .cache/verify-junit.xml
-	cd $(CURDIR) && $(BIN)/molecule test -s sandbox || { $(BIN)/python sandbox/failed_tests.py .cache/verify-junit.xml; exit 1; }
+	cd $(CURDIR) && $(BIN)/molecule test -s sandbox || { df -h . /var/lib/containers; \
+	  $(BIN)/python sandbox/failed_tests.py .cache/verify-junit.xml; exit 1; }
 
 test: lint unit molecule ## Everything CI runs
 
