@@ -132,6 +132,14 @@ class _QueueClock:
             self.seconds += now - self._last
         self._last = now
 
+    @staticmethod
+    def quiet(seen: dict) -> float:
+        """How long rank 0 has been quiet: nothing while the job waits in the queue (it cannot
+        print before Slurm starts it), so that the wait never counts as a stall."""
+        if (seen.get("slurm") or {}).get("state", "") in QUEUED:
+            return 0.0
+        return float(seen.get("quiet_for") or 0)
+
 
 class _Copier:
     """Without a shared folder: every `interval` seconds while the job runs, the master's
@@ -324,7 +332,7 @@ class ActionModule(ActionBase):
             heard.round(seen)
             queue.tick(seen)
             elapsed = time.monotonic() - started - queue.seconds
-            offset, quiet = seen["offset"], float(seen.get("quiet_for") or 0)
+            offset, quiet = seen["offset"], queue.quiet(seen)
             progress = seen["progress"] or progress
             start_up.tick(seen)
             # Without a progress line yet, rank 0's latest line shows the job is alive.

@@ -39,6 +39,10 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.gpu_f
     APPLICATION_XIDS,
     parse_xids,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.node_health import (
+    SINFO_NODES_FORMAT,
+    parse_sinfo_nodes,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.rdma import rdma_ports
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_probe import (
     unit_limits,
@@ -273,6 +277,17 @@ def system_nccl(module: AnsibleModule) -> str:
     return f"{build['version']} (CUDA {build['cuda']})" if build else "none"
 
 
+def slurm_nodes(module: AnsibleModule) -> dict:
+    """On the master, where Slurm is set up: every Slurm node's state and reason."""
+    sinfo = shutil.which("sinfo")
+    if not sinfo:
+        return {}
+    rc, out, _ = module.run_command(
+        [sinfo, "--noheader", "--Node", f"--format={SINFO_NODES_FORMAT}"]
+    )
+    return parse_sinfo_nodes(out) if rc == 0 else {}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -307,6 +322,7 @@ def main() -> None:
         "units": active_job_units(module),
         "processes": job_processes(None),
         "port_users": port_listeners(p["port"]) if p["port"] else [],
+        "slurm_nodes": slurm_nodes(module) if p["port"] else {},
         "clock_offsets": clock_offsets(p["peers"], p["ssh_user"]),
         "system_nccl": system_nccl(module),
         "shared_dir": resolve_shared_dir(p["shared_dir"], p["shared_fact"]),

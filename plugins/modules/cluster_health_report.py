@@ -45,6 +45,9 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.limit
     limit_findings,
     limit_lines,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.node_health import (
+    drained_findings,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.health.report import (
     markdown,
     node_table,
@@ -304,6 +307,7 @@ def main() -> None:
         *transport_findings(rows, transports),
         *shared_findings(p["shared"], p["min_free_gib"]),
         *hardware_findings({n: rows[n] for n in names if rows[n]}),
+        *drained_findings(rows[master].get("slurm_nodes") or {}, names),
         *path_findings(
             {n: (p["reach"].get(n) or {}).get("path") or {} for n in names}, p["addresses"]
         ),

@@ -75,6 +75,17 @@ options:
     description: GRES gpu count asked for on each node (0 to ask for none).
     type: int
     default: 0
+  exclusive:
+    description:
+      - The job takes whole nodes. false, it takes I(gpus_per_node) GPUs of each node and
+        other jobs may run beside it; its torchrun then takes a master port of its own, from
+        I(master_port) and the Slurm job id.
+    type: bool
+    default: true
+  master_port:
+    description: The cluster's master port, from which a job that shares its nodes counts.
+    type: int
+    default: 0
   wait:
     description: With I(state=absent), seconds to wait for the cancelled jobs to end.
     type: float
@@ -138,6 +149,8 @@ def write_script(module: AnsibleModule) -> tuple[str, bool]:
             partition=params["partition"],
             timeout_s=params["timeout"],
             gpus_per_node=params["gpus_per_node"],
+            exclusive=params["exclusive"],
+            master_port=params["master_port"],
         )
     except (KeyError, ValueError) as err:
         module.fail_json(msg=f"cannot write the batch script: {err}")
@@ -210,6 +223,8 @@ def main() -> None:
             "partition": {"type": "str", "default": ""},
             "timeout": {"type": "int", "default": 0},
             "gpus_per_node": {"type": "int", "default": 0},
+            "exclusive": {"type": "bool", "default": True},
+            "master_port": {"type": "int", "default": 0},
             "wait": {"type": "float", "default": 60},
         },
         supports_check_mode=True,

@@ -12,6 +12,10 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.listing 
     job_rows,
     job_table,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.queue import (
+    history_table,
+    queue_table,
+)
 
 DOCUMENTATION = r"""
 module: torch_job_table
@@ -32,6 +36,17 @@ options:
     required: true
   job_id:
     description: Only this job (empty for all).
+    type: str
+    default: ""
+  queue:
+    description:
+      - torch_job_queue's result on the master. Where Slurm answered (C(available)), the table
+        goes on with Slurm's queue, every person's jobs (a job of this launcher with rank 0's
+        last progress line), and I(queue_user)'s finished Slurm jobs.
+    type: dict
+    default: {}
+  queue_user:
+    description: Whose finished Slurm jobs the queue's history holds.
     type: str
     default: ""
 """
@@ -58,6 +73,8 @@ def main() -> None:
             "runs_dir": {"type": "path", "required": True},
             "nodes": {"type": "dict", "required": True},
             "job_id": {"type": "str", "default": ""},
+            "queue": {"type": "dict", "default": {}},
+            "queue_user": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -82,6 +99,14 @@ def main() -> None:
     table = job_table(rows) if rows else "No jobs."
     if unanswered:
         table += f"\n(no answer from {', '.join(unanswered)}: their jobs may be missing)"
+    queue = p["queue"] or {}
+    if queue.get("available"):
+        progress = {row.job_id: row.progress for row in rows}
+        table += "\n\nSlurm's queue, every person's jobs:\n" + queue_table(queue["queue"], progress)
+        if p["queue_user"]:
+            table += "\n\n" + history_table(queue.get("history") or [], p["queue_user"])
+        for error in queue.get("errors") or []:
+            table += f"\n({error})"
     module.exit_json(
         changed=False, jobs=[row.as_dict() for row in rows], table=table, unanswered=unanswered
     )

@@ -432,7 +432,8 @@ def main() -> None:
             poll=SLURM_POLL_S if params["slurm_job_id"] else ROUND_POLL_S,
             # Loss is decided by time (liveness), not by a count of polls.
             unreachable_polls=1,
-            stalled=lambda: rank0.stalled(params["stall_timeout"]),
+            # A Slurm job still waiting in the queue has not begun to stall.
+            stalled=lambda: rank0.stalled(params["stall_timeout"]) and job_phase(slurm) != "queued",
             news=news if params["follow"] > 0 else lambda: False,
             min_wait=params["min_wait"],
             settled=(lambda: True) if params["slurm_job_id"] else liveness.settled,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -301,3 +302,63 @@ def test_the_driver_installs_from_its_stream_up_to_the_kernel_check(
         assert "580-open" in streams
         assert node.host.check_output("rpm -q nvidia-open --qf '%{VERSION}'").startswith("580.")
         assert node.host.package("kernel-devel-matched").is_installed
+
+
+@pytest.fixture(scope="module")
+def el9_slurm(
+    first_run: Outcome, inventory_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Outcome, Outcome]:
+    """slurm.yml on the EL9-like nodes (EPEL's package names, EL9's paths, the stand-ins over
+    Debian's daemons), twice."""
+    assert first_run.rc == 0, first_run.output
+    playbook = Playbook(inventory_file, tmp_path_factory.mktemp("el9-slurm"))
+    settings = {"cluster_group": GROUP, "shared_storage_server": ""}
+    first = playbook.run("slurm.yml", settings, timeout=900)
+    second = playbook.run("slurm.yml", settings, timeout=600) if first.rc == 0 else first
+    return first, second
+
+
+def test_slurm_converges_on_the_el9_path_and_is_idempotent(
+    el9_slurm: tuple[Outcome, Outcome], el9_nodes: list[Node]
+) -> None:
+    first, second = el9_slurm
+    assert first.rc == 0, first.output
+    assert second.rc == 0, second.output
+    assert not any(recap_changes(second.output).values()), recap_changes(second.output)
+    controller = el9_nodes[0]
+    states = dict(
+        line.split()
+        for line in controller.host.check_output(
+            "sinfo --noheader --Node --format='%N %T'"
+        ).splitlines()
+    )
+    assert states == {node.name: "idle" for node in el9_nodes}
+    # EL9's places: the PID files in /run/slurm (made by the slurm package's tmpfiles.d
+    # entry), the controller's state and the nodes' spool under /var/spool/slurm.
+    assert controller.host.file("/run/slurm/slurmctld.pid").exists
+    assert controller.host.file("/var/spool/slurm/ctld").is_directory
+    for node in el9_nodes:
+        assert node.host.file("/var/spool/slurm/d").is_directory
+        assert node.host.file("/run/slurm/slurmd.pid").exists
+
+
+def test_a_slurm_job_runs_on_both_el9_nodes_and_is_accounted(
+    el9_slurm: tuple[Outcome, Outcome], el9_nodes: list[Node]
+) -> None:
+    """srun across the nodes, and its record in slurmdbd's MariaDB, reached on EL9's socket
+    (/var/lib/mysql/mysql.sock) by the mysql client the role installs."""
+    assert el9_slurm[1].rc == 0, el9_slurm[1].output
+    controller = el9_nodes[0]
+    ran = controller.host.run(f"srun --nodes={len(el9_nodes)} --job-name=el9-probe hostname")
+    assert ran.rc == 0, ran.stderr
+    assert sorted(ran.stdout.split()) == sorted(node.name for node in el9_nodes)
+    # slurmctld hands the record to slurmdbd a moment after the job ends.
+    deadline = time.monotonic() + 30
+    while True:
+        record = controller.host.check_output(
+            "sacct --noheader --parsable2 --name=el9-probe --format=JobName,State --allusers"
+        )
+        if "el9-probe|COMPLETED" in record.splitlines() or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert "el9-probe|COMPLETED" in record.splitlines(), record

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from launcher import (
     LONG_JOB,
+    SHARED_DIR,
     Job,
     Playbook,
     assert_script_environments,
@@ -33,6 +34,15 @@ EXAMPLES = PROJECT_DIR / "train" / "examples"
 SCRIPTS = Path(__file__).parent / "scripts"
 SAVED = re.compile(r"^\[rank0\]: Epoch (\d+) \| Training snapshot saved at snapshot\.pt$", re.M)
 
+# Devices that stand for two GPUs on each node (slurm_gres_gpu_files): the sandbox has none.
+# Major 240 is for local use: no driver claims it.
+FAKE_GPUS = ["/dev/fake-gpu0", "/dev/fake-gpu1"]
+# Rank 0 quiet this long is a stall (train_stall_timeout), as in test_train_resilience.py.
+STALL_TIMEOUT_S = 20
+# The node health check's interval here (slurm_health_interval; 60 s by default).
+HEALTH_INTERVAL_S = 10
+# One run of the check may cost a node this much CPU (user + system seconds).
+HEALTH_CPU_LIMIT_S = 1.0
 # The playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
 SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819
@@ -65,9 +75,13 @@ def accounting(master: Node, job: Job) -> list[dict[str, str]]:
 def slurm_cluster(inventory_file, tmp_path_factory, members: list[Node]) -> dict[str, object]:
     """slurm.yml run twice on the training group: the two outcomes."""
     playbook = Playbook(inventory_file, tmp_path_factory.mktemp("slurm-runs"))
-    first = playbook.run("slurm.yml", {}, timeout=900)
+    for node in members:
+        for minor, path in enumerate(FAKE_GPUS):
+            node.host.run_expect([0], f"test -c {path} || mknod -m 0666 {path} c 240 {minor}")
+    settings = {"slurm_health_interval": HEALTH_INTERVAL_S, "slurm_gres_gpu_files": FAKE_GPUS}
+    first = playbook.run("slurm.yml", settings, timeout=900)
     assert first.rc == 0, first.output
-    second = playbook.run("slurm.yml", {}, timeout=600)
+    second = playbook.run("slurm.yml", settings, timeout=600)
     return {"first": first, "second": second}
 
 
@@ -92,6 +106,182 @@ def test_every_node_has_the_same_munge_key_and_slurm_conf(
     for path in ("/etc/munge/munge.key", "/etc/slurm/slurm.conf"):
         digests = {node.host.check_output(f"sha256sum {path}").split()[0] for node in members}
         assert len(digests) == 1, f"{path} differs between the nodes"
+
+
+def slurm_node(master: Node, node: Node) -> tuple[str, str]:
+    """The node's state in Slurm and its reason."""
+    out = master.host.check_output(f"sinfo --noheader --nodes={node} --format='%T|%E'")
+    state, reason = out.strip().split("|", 1)
+    return state, reason
+
+
+def wait_for_state(master: Node, node: Node, wanted: str, timeout: float) -> float:
+    """Seconds until Slurm shows the node in the wanted state (drained, idle)."""
+    start = time.monotonic()
+    while slurm_node(master, node)[0].rstrip("*") != wanted:
+        assert time.monotonic() - start < timeout, (
+            f"{node} not {wanted} after {timeout:.0f} s: {slurm_node(master, node)}"
+        )
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def test_the_health_check_drains_a_node_without_its_shared_folder_and_takes_it_back(
+    slurm_cluster: dict[str, object],
+    playbook: Playbook,
+    tmp_path: Path,
+    master: Node,
+    members: list[Node],
+) -> None:
+    node = members[-1]
+    # One run on a healthy node: nothing found, and well under a second of CPU.
+    timed = node.host.run(
+        "bash -c 'TIMEFORMAT=\"%U %S\"; time /usr/local/sbin/torch-cluster-health --once'"
+    )
+    assert timed.rc == 0, timed.stdout + timed.stderr
+    assert timed.stdout.strip() == f"{node}: healthy"
+    cpu = sum(float(value) for value in timed.stderr.split()[-2:])
+    assert cpu < HEALTH_CPU_LIMIT_S, f"one health check took {cpu:.2f} s of CPU"
+    assert (
+        "HealthCheckProgram=/usr/local/sbin/torch-cluster-health"
+        in node.host.file("/etc/slurm/slurm.conf").content_string
+    )
+    user = master.setting("ssh_trust_user", "ssh_trust")
+    node.host.run_expect([0], f"umount {SHARED_DIR}")
+    try:
+        drained_s = wait_for_state(master, node, "drained", HEALTH_INTERVAL_S + 5)
+        reason = slurm_node(master, node)[1]
+        assert reason == f"torch-cluster health: shared folder {SHARED_DIR} not mounted"
+        # It takes no new job: one asked for there waits.
+        waiting = master.host.check_output(
+            f"runuser -u {user} -- sbatch --parsable --nodelist={node} --nodes=1 "
+            "--chdir=/tmp --output=/dev/null --wrap=true"
+        ).strip()
+        time.sleep(2)
+        queued = master.host.check_output(f"squeue --noheader --jobs={waiting} --format=%T")
+        assert queued.strip() == "PENDING"
+        # check.yml names it, and why.
+        runs = tmp_path / "runs"
+        outcome = playbook.run(
+            "check.yml", {"check_collectives": False, "check_runs_dir": str(runs)}
+        )
+        assert outcome.rc != 0
+        assert f"[slurm] {node}: drained in Slurm: {reason}" in outcome.output, outcome.output
+        report = json.loads(next(runs.glob("check-*/report.json")).read_text())
+        assert {f["subject"] for f in report["failures"] if f["check"] == "slurm"} == {node.name}
+    finally:
+        node.host.run_expect([0], f"findmnt -n {SHARED_DIR} || mount {SHARED_DIR}")
+    returned_s = wait_for_state(master, node, "idle", HEALTH_INTERVAL_S + 5)
+    # The job that waited ran once the node was back.
+    deadline = time.monotonic() + 60
+    while master.host.check_output(f"squeue --noheader --jobs={waiting} --format=%T").strip():
+        assert time.monotonic() < deadline, "the waiting job did not run"
+        time.sleep(1)
+    (record,) = [
+        line
+        for line in master.host.check_output(
+            f"sacct --noheader --parsable2 --allocations --jobs={waiting} --format=State,NodeList"
+        ).splitlines()
+        if line
+    ]
+    assert record == f"COMPLETED|{node}"
+    print(
+        f"health: drained {drained_s:.1f} s after the unmount, back {returned_s:.1f} s after "
+        f"the mount; one run {cpu:.2f} s of CPU"
+    )
+
+
+def squeue(master: Node, job: Job) -> tuple[str, str]:
+    """The launcher job's Slurm job: its state and reason ('' and '' when it is not queued)."""
+    out = master.host.check_output(f"squeue --noheader --name=torch-{job.job_id} --format='%T|%r'")
+    return tuple(out.strip().split("|", 1)) if out.strip() else ("", "")
+
+
+def wait_for_queue(master: Node, job: Job, state: str, timeout: float) -> float:
+    start = time.monotonic()
+    while squeue(master, job)[0] != state:
+        assert time.monotonic() - start < timeout, f"{job.job_id}: {squeue(master, job)}"
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def test_two_one_gpu_jobs_share_the_nodes_and_a_third_waits_for_a_gpu(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, master: Node
+) -> None:
+    # Every node has two devices that stand for GPUs (FAKE_GPUS): Slurm counts them out to
+    # jobs, binds each job to its own (CUDA_VISIBLE_DEVICES) and shares the nodes by them, as
+    # on GPU nodes. What it cannot show: CUDA using them, which needs GPUs.
+    first, second, third = (Job(f"{job.job_id}-{n}") for n in "abc")
+    # Both start at once (they stage the same code onto the same nodes), and run until stopped.
+    endless = ("--epochs", "100000")
+    runs = [playbook.start("train.yml", slurm_vars(j, *endless, gpus=1)) for j in (first, second)]
+    waiting = None
+    try:
+        for each in (first, second):
+            each.wait_for_log(master, "progress epoch=", timeout=300)
+        # Both at once, on the same nodes, each with a master port of its own.
+        assert squeue(master, first)[0] == squeue(master, second)[0] == "RUNNING"
+        ports = {
+            each.job_id: re.search(r"master port (\d+) \(the node may run", each.log(master))[1]
+            for each in (first, second)
+        }
+        assert len(set(ports.values())) == 2, ports
+        visible = set()
+        for each in (first, second):
+            said = re.search(
+                r"1 process\(es\), one per GPU Slurm gave \(GPU (\d) of the node, "
+                r"CUDA_VISIBLE_DEVICES=0\)",
+                each.log(master),
+            )
+            assert said, each.log(master)
+            visible.add(said[1])
+            (tres,) = master.host.check_output(
+                f"sacct --noheader --parsable2 --allocations --name=torch-{each.job_id} "
+                "--format=AllocTRES"
+            ).split()
+            assert "gres/gpu=2" in tres.split(","), tres  # one GPU on each of the 2 nodes
+        # Each job its own GPU of node0, which its device cgroup shows it as CUDA device 0.
+        assert visible == {"0", "1"}, visible
+        # A third finds no GPU free: it waits for one.
+        waiting = playbook.start("train.yml", slurm_vars(third, "--epochs", "1", gpus=1))
+        wait_for_queue(master, third, "PENDING", 180)
+        time.sleep(5)
+        assert squeue(master, third) == ("PENDING", "Resources")
+        # jobs.yml shows the queue: every job, its state and why it waits, its GPUs, and
+        # rank 0's progress beside the running ones.
+        listed = playbook.run("jobs.yml", {})
+        assert listed.rc == 0, listed.output
+        assert "Slurm's queue, every person's jobs:" in listed.output, listed.output
+        user = master.setting("ssh_trust_user", "ssh_trust")
+        for each, state in ((first, "RUNNING"), (second, "RUNNING"), (third, "PENDING")):
+            row = re.search(rf"^\s*\"?\d+\s+{user}\s+{re.escape(each.job_id)}\s+(.*)$",
+                            listed.output, re.M)  # fmt: skip
+            assert row, f"{each.job_id} not in the queue: {listed.output}"
+            assert row[1].startswith(state), row[1]
+            if state == "RUNNING":
+                assert row[1].split()[1:3] == ["2", "node[0-1]"], row[1]
+                assert re.search(r"\bepoch[ =]\d+", row[1]), row[1]  # rank 0's progress
+            else:
+                assert row[1].startswith("PENDING (Resources)  2"), row[1]
+        assert f"Finished Slurm jobs of {user}:" in listed.output
+        stopped = playbook.run("stop.yml", {"job_id": first.job_id})
+        assert stopped.rc == 0, stopped.output
+        freed = time.monotonic()
+        started_s = wait_for_queue(master, third, "RUNNING", 60)
+        outcome = waiting.wait(timeout=600)
+        assert outcome.rc == 0, outcome.output
+        assert f"job {third.job_id} [0:00:00] queued in Slurm: PENDING (Resources)" in (
+            outcome.output
+        )
+        print(
+            f"gpus: the third job ran {started_s:.1f} s after a GPU was freed "
+            f"({time.monotonic() - freed:.0f} s to its end)"
+        )
+    finally:
+        for each in (first, second, third):
+            master.host.run(f"scancel --name=torch-{each.job_id}")
+        for running in [*runs, *([waiting] if waiting else [])]:
+            running.kill()
 
 
 def test_outsider_cannot_reach_slurms_daemons(
@@ -298,6 +488,39 @@ def test_a_tutorial_script_restarts_through_slurm_from_its_own_snapshot(
     resumed_at = int(re.search(r"Resuming training from snapshot at Epoch (\d+)", second_run)[1])
     assert resumed_at >= 1
     assert "[rank0]: [GPU0] Epoch 11 |" in second_run
+
+
+def test_a_stalled_slurm_job_is_caught_explained_cancelled_and_restarted(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    """As the default launcher's test: rank 3 (node1's second process) sleeps before an
+    all_reduce that ranks 0-2 wait in; the ranks run under slurmstepd here."""
+    extra = {
+        "train_code_dir": str(SCRIPTS),
+        "train_script": "stall_on_rank.py",
+        "train_script_args": ["3", "8"],
+        "train_progress_regex": "^step ",
+        "train_stall_timeout": STALL_TIMEOUT_S,
+        "train_max_restarts": 1,
+    }
+    outcome = playbook.run("train.yml", slurm_vars(job, nproc=2, **extra), timeout=400)
+    assert outcome.rc == 0, outcome.output
+    first, second = attempts(playbook, job)
+    assert (first["outcome"], second["outcome"]) == ("stalled", "succeeded")
+    stall = first["stall"]
+    assert STALL_TIMEOUT_S <= stall["quiet_for"] < STALL_TIMEOUT_S + 30, stall
+    assert stall["outliers"] == [3], stall
+    assert "time.sleep(3600) at stall_on_rank.py" in stall["summary"], stall
+    assert "attempt 1: stalled after" in outcome.output
+    folder = playbook.runs_dir / job.job_id / "stall-1"
+    stacks = {path.relative_to(folder).as_posix() for path in folder.rglob("*.txt")}
+    assert {"node0/rank0.txt", "node0/rank1.txt", "node1/rank2.txt", "node1/rank3.txt"} <= stacks
+    # The stalled batch job was cancelled; the next one completed.
+    states = [record["State"] for record in accounting(members[0], job)]
+    assert states[0].startswith("CANCELLED"), states
+    assert states[1:] == ["COMPLETED"], states
+    for node in members:
+        assert job.processes(node) == []
 
 
 def test_a_script_gets_the_same_environment_through_slurm(

@@ -20,7 +20,8 @@ PROVISION_HINT = "run playbooks/provision.yml"
 
 @dataclass(frozen=True)
 class Finding:
-    # versions, environment, gpus, reachability, clock, leftovers, disk, limits, collectives
+    # versions, environment, gpus, reachability, clock, leftovers, disk, limits, collectives,
+    # slurm
     check: str
     subject: str  # a node, or a pair "node0 -> node1"
     value: str  # what was measured

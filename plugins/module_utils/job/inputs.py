@@ -216,4 +216,30 @@ def launch_problems(inputs: Mapping[str, Any]) -> list[str]:
             f"train_export must be empty or sbatch (got {export!r}): sbatch writes the job's "
             "batch script to runs/<job_id>/job.sbatch and runs nothing"
         )
+    return problems + gpu_request_problems(inputs, launcher == "slurm" or bool(export))
+
+
+def gpu_request_problems(inputs: Mapping[str, Any], through_slurm: bool) -> list[str]:
+    """train_gpus (-e gpus=N) and train_exclusive: numbers and words that mean something, GPUs
+    asked of Slurm only, and an nproc that agrees with them."""
+    problems = []
+    gpus = str(inputs.get("train_gpus", "0"))
+    exclusive = str(inputs.get("train_exclusive", "auto")).lower()
+    if exclusive not in ("auto", "true", "false", "yes", "no"):
+        problems.append(f"train_exclusive must be auto, true or false (got {exclusive!r})")
+    if not gpus.isdigit():
+        return [*problems, f"gpus (train_gpus) must be a whole number, 0 or more (got {gpus!r})"]
+    if int(gpus) == 0:
+        return problems
+    if not through_slurm:
+        problems.append(
+            f"gpus={gpus} asks Slurm for GPUs: add -e train_launcher=slurm (playbooks/slurm.yml "
+            "first). Without Slurm a job takes whole nodes; nproc sets its processes per node"
+        )
+    nproc = str(inputs.get("train_nproc", "auto"))
+    if nproc not in ("auto", gpus):
+        problems.append(
+            f"nproc={nproc} and gpus={gpus} disagree: with gpus, each node runs one process per "
+            "GPU Slurm gives it; leave nproc out"
+        )
     return problems

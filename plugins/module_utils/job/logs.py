@@ -55,5 +55,5 @@ def last_lines(text: str, lines: int) -> str:
 # The launcher's header of an attempt's part of a node's log (roles/train/tasks/attempt.yml).
 HEADER = re.compile(
     r"^=== torch-cluster: job (?P<job>\S+), attempt (?P<attempt>\d+), node (?P<node>\S+) "
-    r"\(node_rank\s+(?P<node_rank>\d+)\), started (?P<started>\S+) ===$"
+    r"\(node_rank\s+(?P<node_rank>\d+)\), (?:started|submitted to Slurm) (?P<started>\S+) ===$"
 )

@@ -48,12 +48,19 @@ def sbatch_script(
     partition: str = "",
     timeout_s: int = 0,
     gpus_per_node: int = 0,
+    exclusive: bool = True,
+    master_port: int = 0,
 ) -> str:
     """The batch script of one attempt.
 
     nodes: in rank order, each {"name", "rank", "env", "command"}: what the default launcher
     would run on that node. Each node's step appends its output to the node's log (`log`, a
-    path on the node), like the default launcher's unit."""
+    path on the node), like the default launcher's unit.
+
+    exclusive: the job takes whole nodes. Otherwise it takes gpus_per_node GPUs of each (and
+    the CPUs Slurm gives per GPU), other jobs may run beside it, and so each job's torchrun
+    takes a master port of its own, master_port + 1 + the Slurm job id modulo PORT_SPREAD.
+    With GPUs asked for, the processes per node are the GPUs Slurm gave (SLURM_GPUS_ON_NODE)."""
     if not nodes:
         raise ValueError("a job needs at least one node")
     names = [str(node["name"]) for node in nodes]
@@ -62,7 +69,7 @@ def sbatch_script(
         f"--nodes={len(nodes)}",
         f"--nodelist={','.join(names)}",
         "--ntasks-per-node=1",
-        "--exclusive",
+        *(["--exclusive"] if exclusive else []),
         f"--chdir={output_dir}",
         f"--output={job_dir}/slurm-%j.out",
         "--open-mode=append",
@@ -79,7 +86,8 @@ def sbatch_script(
     cases = []
     for node in nodes:
         env = {**node["env"], "TORCH_JOB_NODE_RANK": str(node["rank"])}
-        body = [*_assignments(env), f"command=({shlex.join(str(a) for a in node['command'])})"]
+        command = allocation_command(node["command"], shared=not exclusive, gpus=gpus_per_node)
+        body = [*_assignments(env), f"command=({shlex.join(command)})"]
         cases.append(
             f"  {shlex.quote(str(node['name']))})\n    " + "\n    ".join(body) + "\n    ;;"
         )
@@ -93,10 +101,12 @@ def sbatch_script(
             "    exit 2",
             "    ;;",
             "esac",
+            *_allocation_lines(exclusive, master_port, gpus_per_node),
             f"cd {shlex.quote(output_dir)} || exit 2",
             f"exec >> {shlex.quote(log)} 2>&1 || exit 2",
             f'echo "=== torch-cluster: job {job_id}, attempt {attempt}, Slurm job '
             '${SLURM_JOB_ID}, node ${SLURMD_NODENAME} (node_rank ${TORCH_JOB_NODE_RANK}) ==="',
+            *_allocation_said(exclusive, gpus_per_node),
             'exec "${command[@]}"',
         ]
     )
@@ -120,6 +130,51 @@ def sbatch_script(
         "",
     ]
     return "\n".join(lines)
+
+
+# Jobs that share a node take master ports this far apart at most (see sbatch_script).
+PORT_SPREAD = 10000
+
+
+def allocation_command(command: Sequence[Any], *, shared: bool, gpus: int) -> list[str]:
+    """A node's torchrun command for Slurm: without the options that the allocation decides
+    (the master port when nodes are shared, the processes when GPUs are asked for), which
+    the step gives torchrun through its environment (PET_MASTER_PORT, PET_NPROC_PER_NODE)."""
+    dropped = (["--master-port="] if shared else []) + (["--nproc-per-node="] if gpus > 0 else [])
+    # torchrun's own options come before the script; the script's arguments are left alone.
+    kept, in_torchrun = [], True
+    for index, arg in enumerate(str(a) for a in command):
+        if index > 0 and in_torchrun and not arg.startswith("--"):
+            in_torchrun = False
+        if in_torchrun and any(arg.startswith(option) for option in dropped):
+            continue
+        kept.append(arg)
+    return kept
+
+
+def _allocation_lines(exclusive: bool, master_port: int, gpus: int) -> list[str]:
+    lines = []
+    if not exclusive:
+        lines.append(
+            f"export PET_MASTER_PORT=$(( {master_port} + 1 + SLURM_JOB_ID % {PORT_SPREAD} ))"
+        )
+    if gpus > 0:
+        lines.append(f'export PET_NPROC_PER_NODE="${{SLURM_GPUS_ON_NODE:-{gpus}}}"')
+    return lines
+
+
+def _allocation_said(exclusive: bool, gpus: int) -> list[str]:
+    """The node log's line on what Slurm gave the node, after the job's header."""
+    said = []
+    if gpus > 0:
+        said.append(
+            "${PET_NPROC_PER_NODE} process(es), one per GPU Slurm gave "
+            "(GPU ${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-?}} of the node, "
+            "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-not set})"
+        )
+    if not exclusive:
+        said.append("master port ${PET_MASTER_PORT} (the node may run other jobs)")
+    return [f'echo "torch-cluster: {"; ".join(said)}"'] if said else []
 
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/_]*)=(\S*)")

@@ -46,6 +46,19 @@ def test_a_node_log_gives_its_newest_attempt_and_rank_0s_lines() -> None:
     assert (job.last_line, job.progress) == ("saving", "epoch 3 loss 1.0")
 
 
+def test_a_slurm_jobs_node_log_gives_its_attempt_and_rank_0s_progress() -> None:
+    # attempt-slurm.yml's header (written when the node's part is made ready), then the step's.
+    text = (
+        "=== torch-cluster: job j2, attempt 1, node node0 (node_rank 0), submitted to Slurm "
+        "2026-12-07T06:08:29+00:00 ===\n"
+        "=== torch-cluster: job j2, attempt 1, Slurm job 7, node node0 (node_rank 0) ===\n"
+        "[rank0]: epoch 4 loss 0.5\n"
+    )
+    job = scan_node_log("j2", text, progress)
+    assert (job.attempt, job.node_rank, job.progress) == (1, 0, "epoch 4 loss 0.5")
+    assert job.started == "2026-12-07T06:08:29+00:00"
+
+
 def test_a_log_without_a_header_gives_no_attempt() -> None:
     job = scan_node_log("j1", "torchrun: starting\n", progress)
     assert (job.attempt, job.node_rank, job.last_line) == (0, -1, "")

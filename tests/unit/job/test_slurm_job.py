@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.torch_cluster.cluster.plugins.action import torch_job_watch as watch_action
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    PORT_SPREAD,
+    allocation_command,
     job_phase,
     node_states,
     parse_scontrol,
@@ -175,6 +178,78 @@ def test_the_step_script_is_valid_bash(tmp_path: Path) -> None:
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
 
 
+# --- Jobs that share their nodes --------------------------------------------------
+def test_the_allocation_decides_the_port_and_the_processes_not_the_scripts_arguments() -> None:
+    command = ["torchrun", "--nnodes=2", "--nproc-per-node=2", "--master-port=10086",
+               "--tee=3", "train.py", "--master-port=1", "--nproc-per-node=9"]  # fmt: skip
+    assert allocation_command(command, shared=True, gpus=1) == [
+        "torchrun", "--nnodes=2", "--tee=3", "train.py", "--master-port=1", "--nproc-per-node=9",
+    ]  # fmt: skip
+    assert allocation_command(command, shared=False, gpus=0) == command
+    assert "--master-port=10086" in allocation_command(command, shared=False, gpus=1)
+
+
+def test_a_job_asking_for_gpus_shares_its_nodes_and_takes_a_port_and_processes_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # A stand-in for torchrun that writes down its argv and environment, as PROBE does.
+    torchrun = tmp_path / "torchrun"
+    torchrun.write_text(f"#!{sys.executable}\n{PROBE}")
+    torchrun.chmod(0o755)
+    shaped = [
+        {**node, "command": [str(torchrun), f"--node-rank={node['rank']}", "--nproc-per-node=2",
+                             "--master-port=10086", "train.py", "--epochs=1"]}
+        for node in nodes(tmp_path)
+    ]  # fmt: skip
+    body = script(tmp_path, nodes=shaped, gpus_per_node=1, exclusive=False, master_port=10086)
+    directives = re.findall(r"^#SBATCH (\S+)$", body, re.M)
+    assert "--exclusive" not in directives
+    assert "--gres=gpu:1" in directives
+    done = run_step(tmp_path, body, "node0")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "node0.json").read_text())
+    assert seen["argv"] == ["--node-rank=0", "train.py", "--epochs=1"]
+    port = 10086 + 1 + 77 % PORT_SPREAD  # SLURM_JOB_ID is 77 in run_step
+    assert seen["env"]["PET_MASTER_PORT"] == str(port)
+    # Slurm's count of the node's GPUs is not set here: the asked count stands in.
+    assert seen["env"]["PET_NPROC_PER_NODE"] == "1"
+    assert (
+        "torch-cluster: 1 process(es), one per GPU Slurm gave (GPU ? of the node, "
+        "CUDA_VISIBLE_DEVICES=not set); "
+        f"master port {port} (the node may run other jobs)"
+    ) in (tmp_path / "node.log").read_text()
+
+
+def test_whole_nodes_keep_the_inventorys_port_and_nproc(tmp_path: Path) -> None:
+    body = script(tmp_path, gpus_per_node=4)
+    assert "#SBATCH --exclusive" in body
+    assert "PET_MASTER_PORT" not in body
+    assert 'export PET_NPROC_PER_NODE="${SLURM_GPUS_ON_NODE:-4}"' in body
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({"train_gpus": "1"}, "gpus=1 asks Slurm for GPUs: add -e train_launcher=slurm"),
+        ({"train_gpus": "one", "train_launcher": "slurm"}, "gpus (train_gpus) must be a whole"),
+        (
+            {"train_gpus": "2", "train_nproc": "4", "train_launcher": "slurm"},
+            "nproc=4 and gpus=2 disagree",
+        ),
+        ({"train_exclusive": "sometimes"}, "train_exclusive must be auto, true or false"),
+    ],
+)
+def test_gpus_asked_without_slurm_or_against_nproc_are_refused(inputs: dict, expected: str) -> None:
+    (problem,) = input_problems(inputs)
+    assert problem.startswith(expected)
+
+
+def test_gpus_through_slurm_or_its_export_pass() -> None:
+    for extra in ({"train_launcher": "slurm"}, {"train_export": "sbatch"}):
+        for nproc in ("auto", "2"):
+            assert input_problems({"train_gpus": "2", "train_nproc": nproc, **extra}) == []
+
+
 # --- Slurm's job states ------------------------------------------------------------
 def test_scontrol_is_read_into_fields() -> None:
     fields = parse_scontrol(text("scontrol-failed.txt"))
@@ -292,3 +367,11 @@ def test_the_known_launchers_and_exports_pass() -> None:
     for launcher in ("systemd", "slurm"):
         for export in ("", "sbatch"):
             assert input_problems({"train_launcher": launcher, "train_export": export}) == []
+
+
+def test_a_wait_in_slurms_queue_is_no_silence_of_rank_0() -> None:
+    queued = {"slurm": {"state": "PENDING", "reason": "Resources"}, "quiet_for": 900.0}
+    running = {"slurm": {"state": "RUNNING", "reason": "None"}, "quiet_for": 12.5}
+    assert watch_action._QueueClock.quiet(queued) == 0.0
+    assert watch_action._QueueClock.quiet(running) == 12.5
+    assert watch_action._QueueClock.quiet({"quiet_for": 3}) == 3.0  # the default launcher
