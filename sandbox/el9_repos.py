@@ -192,6 +192,14 @@ socket=/var/lib/mysql/mysql.sock
 socket=/var/lib/mysql/mysql.sock
 """
 
+# The stand-ins run Debian's binaries: Debian's slurmdbd (its MariaDB client library) looks for
+# the server on Debian's socket whatever the [client] setting, where EPEL's, built against
+# EL9's library, looks on EL9's. A link there to EL9's socket, made at every boot.
+MARIADB_DEBIAN_SOCKET_LINK = """# Debian's socket path, for the Debian binaries (sandbox)
+d /run/mysqld 0755 mysql mysql -
+L+ /run/mysqld/mysqld.sock - - - - /var/lib/mysql/mysql.sock
+"""
+
 
 def shim(name: str, version: str, release: str, repo: str, **kwargs: object) -> Package:
     has = "only its distribution settings" if kwargs.get("files") else "no files"
@@ -396,9 +404,13 @@ def appstream() -> list[Package]:
         "1.el9_5",
         "Rocky's AppStream",
         arch="x86_64",
-        files={"/etc/mysql/mariadb.conf.d/90-el9-socket.cnf": MARIADB_EL9_SOCKET},
+        files={
+            "/etc/mysql/mariadb.conf.d/90-el9-socket.cnf": MARIADB_EL9_SOCKET,
+            "/usr/lib/tmpfiles.d/el9-mariadb-socket.conf": MARIADB_DEBIAN_SOCKET_LINK,
+        },
         # EL9's server listens itself; Debian 12's is socket-activated on its own path.
-        post="systemctl disable --now mariadb.socket >/dev/null 2>&1 || :",
+        post="systemctl disable --now mariadb.socket >/dev/null 2>&1 || :\n"
+        "systemd-tmpfiles --create /usr/lib/tmpfiles.d/el9-mariadb-socket.conf || :",
     )
     # Scriptlets need /bin/sh, which EL9's bash provides (Debian's is dpkg's, unknown to rpm).
     bash = shim("bash", "5.1.8", "9.el9", "Rocky's BaseOS", arch="x86_64", provides=("/bin/sh",))
