@@ -39,8 +39,8 @@ description:
     imports) under I(lib_dir), its settings to I(config), and two commands for slurm.conf,
     I(program) (HealthCheckProgram) and I(prolog) (Prolog), run by slurmd as root with the
     node's Python.
-  - The check drains the node in Slurm with the problem as its reason
-    (C(torch-cluster health: ...)), and takes back the nodes it drained once they pass.
+  - The check drains the node in Slurm with the problem as its reason, which starts with
+    C(torch-cluster health), and takes back the nodes it drained once they pass.
   - C(state=absent) removes all of it. Idempotent; works in check mode.
 options:
   state:
