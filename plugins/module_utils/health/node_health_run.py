@@ -102,13 +102,21 @@ def mounted(path: str, mountinfo: str = "/proc/self/mountinfo") -> tuple[bool | 
         return None, f"the mount table could not be read: {error}"
     if os.path.normpath(path) not in points:
         return False, ""
-    answer: list[bool] = []
-    asker = threading.Thread(target=lambda: answer.append(bool(os.stat(path))), daemon=True)
+    answer: list[str] = []
+
+    def ask() -> None:
+        try:
+            os.stat(path)
+            answer.append("")
+        except OSError as error:  # a dead FUSE mount: "Transport endpoint is not connected"
+            answer.append(error.strerror or str(error))
+
+    asker = threading.Thread(target=ask, daemon=True)
     asker.start()
     asker.join(MOUNT_TIMEOUT_S)
     if not answer:
         return None, f"it did not answer within {MOUNT_TIMEOUT_S} s"
-    return True, ""
+    return (None, answer[0]) if answer[0] else (True, "")
 
 
 def _load_state(path: str) -> dict:

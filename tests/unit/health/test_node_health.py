@@ -310,6 +310,11 @@ def test_a_bind_mount_counts_as_mounted_and_a_plain_folder_does_not(tmp_path: Pa
     assert mounted(str(shared), str(table)) == (True, "")
     assert mounted(str(tmp_path), str(table)) == (False, "")
     assert mounted(str(shared), str(tmp_path / "none"))[0] is None
+    # Mounted, but its stat fails (a dead FUSE mount says "Transport endpoint is not
+    # connected"; a mount point gone from under the table stands in for it).
+    gone = tmp_path / "gone"
+    table.write_text(f"91 22 0:21 / {gone} rw - fuse.sshfs x rw\n")
+    assert mounted(str(gone), str(table)) == (None, "No such file or directory")
 
 
 def test_slurmds_limits_are_read_from_its_process_and_else_from_this_one(tmp_path: Path) -> None:
