@@ -21,6 +21,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.attempts
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures import (
     job_failures,
     merge_tails,
+    nodes_by_failure,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import fence_until
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.lost_nodes import (
@@ -250,7 +251,9 @@ def main() -> None:
     if attempt.outcome == JOB_STALLED:
         attempt.stall = stall_record(params["stall"])
     reported = {name: result.get("failures") or [] for name, result in params["teardown"].items()}
-    attempt.failures = [f.as_dict() for f in job_failures(attempt.nodes, reported)]
+    failures = job_failures(attempt.nodes, reported)
+    attempt.failures = [f.as_dict() for f in failures]
+    attempt.failed_nodes = nodes_by_failure(attempt.failed_nodes, failures)
     if attempt.outcome == JOB_SUCCEEDED and problems:
         attempt.outcome = "failed"  # a job that leaves processes behind did not end cleanly
     failure_file = os.path.join(os.path.dirname(params["path"]), "failure.json")

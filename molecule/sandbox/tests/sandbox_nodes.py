@@ -100,6 +100,15 @@ class Node:
             raise ValueError(msg)
         return value
 
+    def answers(self) -> bool:
+        """Whether the node runs a command over SSH now. testinfra raises RuntimeError when ssh
+        itself fails (exit 255: the connection refused while sshd starts, for one), which here
+        means only "not yet"."""
+        try:
+            return self.host.run("true").rc == 0
+        except RuntimeError:
+            return False
+
     @property
     def interface(self) -> str:
         """The interface that carries the node's address."""
@@ -164,7 +173,7 @@ class Node:
                 capture_output=True, timeout=120, check=False,
             )  # fmt: skip
             deadline = time.monotonic() + 60
-            while self.host.run("true").rc != 0:
+            while not self.answers():
                 assert time.monotonic() < deadline, f"{self} does not answer after its restart"
                 time.sleep(1)
             # It booted on that other address, where its network mounts failed (the shared

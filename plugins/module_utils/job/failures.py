@@ -203,3 +203,13 @@ def job_failures(
             ended = float(node.get("ended") or 0.0)
             failures.append(RankFailure(name, -1, -1, 0, ended, detail))
     return order_failures(failures)
+
+
+def nodes_by_failure(nodes: Sequence[str], failures: Sequence[RankFailure]) -> list[str]:
+    """NODES with the node of the first failure leading: the nodes in the order of their first
+    failure (ORDER_FAILURES' order), then the others as given. The watch orders the failed nodes
+    by when their units ended, and a peer's unit can end before the node whose rank died
+    (torchrun stops it as soon as the peer's connection breaks): the failures' order is the
+    one that knows which came first."""
+    named = list(dict.fromkeys(f.node for f in failures if f.node in nodes))
+    return named + [name for name in nodes if name not in named]

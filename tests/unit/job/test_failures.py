@@ -13,6 +13,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures
     failure_report,
     job_failures,
     merge_tails,
+    nodes_by_failure,
     order_failures,
     parse_torchrun_failures,
     script_traceback,
@@ -70,6 +71,19 @@ def test_the_first_failure_leads_and_the_consequences_follow() -> None:
     peer_lost = RankFailure("node0", 0, 0, 1, at("2026-12-03_09:23:50"), lost, consequence=True)
     ordered = order_failures([*summary("node1"), peer_lost])
     assert [(f.node, f.rank) for f in ordered] == [("node1", 2), ("node0", 0), ("node1", 3)]
+
+
+def test_the_failed_nodes_lead_with_the_first_failures_node_not_the_first_unit_to_end() -> None:
+    """node1's rank was killed; node0's torchrun saw the broken connection and its unit ended
+    first. The watch listed node0 first (by end time); node1 leads once the failures are read."""
+    killed = RankFailure("node1", 1, 0, -9, at("2026-12-03_09:23:51"), "killed by SIGKILL")
+    lost = "RuntimeError: Connection closed by peer"
+    peer_lost = RankFailure("node0", 0, 0, 1, at("2026-12-03_09:23:50"), lost, consequence=True)
+    failures = order_failures([peer_lost, killed])
+    assert nodes_by_failure(["node0", "node1"], failures) == ["node1", "node0"]
+    # A failed node with no failure read (its log unread) keeps its place after the others.
+    assert nodes_by_failure(["node2", "node0", "node1"], failures) == ["node1", "node0", "node2"]
+    assert nodes_by_failure(["node0", "node1"], []) == ["node0", "node1"]
 
 
 def test_a_node_whose_workers_left_no_summary_counts_by_its_unit() -> None:
