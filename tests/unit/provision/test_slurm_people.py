@@ -1,6 +1,7 @@
 """The team in Slurm's accounting (plugins/module_utils/provision/slurm_people.py): what
-sacctmgr must add for each person, from what it lists (the rows are sacctmgr 22.05's
---noheader --parsable2 output, as the sandbox's printed it before and after the role ran)."""
+sacctmgr must add for each person, from what it lists. The rows are sacctmgr 22.05's
+--noheader --parsable2 output: SANDBOX is what the sandbox printed once slurm.yml had added the
+team (test_slurm.py prints it); the others are that output with lines taken away."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.sl
     sacctmgr_commands,
 )
 
-# show associations cluster=torch format=account,user, on a cluster that slurmctld registered
-# (root's account and association come with it), then after the role added its account.
+# show associations cluster=torch format=account,user
+SANDBOX = "root|\nroot|root\nteam|\nteam|alice\nteam|bob\nteam|torch\n"
+# Before the role ran: root's account and association alone (sacctmgr makes them with the
+# cluster); and before bob was listed.
 FRESH = "root|\nroot|root\n"
-WITH_TEAM = "root|\nroot|root\nteam|\nteam|alice\nteam|torch\n"
+WITH_TEAM = SANDBOX.replace("team|bob\n", "")
 
 
 def changes(associations: str, users: list[str], **known: list[str]) -> AccountChanges:
@@ -44,6 +47,7 @@ def test_a_fresh_cluster_gets_the_account_and_every_person() -> None:
 
 
 def test_people_already_there_are_not_added_again() -> None:
+    assert not changes(SANDBOX, ["torch", "alice", "bob"]).changed
     found = changes(WITH_TEAM, ["torch", "alice", "bob"])
     assert found == AccountChanges(add_users=["bob"])
     assert found.changed
