@@ -9,6 +9,10 @@ and inputs the role cannot use.
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.team import (
+    choose_member_ids,
+    member_problems,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.training_user import (
     choose_ids,
     input_problems,
@@ -17,7 +21,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.provision.tr
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("name", "uid", "gid", "id_min", "home", "shell", "probes"))
+    _VALID_ARGS = frozenset(("name", "uid", "gid", "id_min", "home", "shell", "probes", "members"))
     _supports_check_mode = True
     _NUMBERS = (("uid", 0), ("gid", 0), ("id_min", 2000))
 
@@ -38,15 +42,19 @@ class ActionModule(ActionBase):
         problems = input_problems(
             name, home=home, shell=str(args.get("shell", "")), uid=uid, gid=gid, id_min=id_min
         )
-        choice = None
+        members = list(args.get("members") or [])
+        problems += member_problems(members, name)
+        choice, chosen = None, {}
+        probes = dict(args.get("probes") or {})
         if not problems:
             # A node Ansible could not reach has a result without the module's keys.
-            choice, problems = choose_ids(
-                name, dict(args.get("probes") or {}), uid=uid, gid=gid, id_min=id_min, home=home
-            )
+            choice, problems = choose_ids(name, probes, uid=uid, gid=gid, id_min=id_min, home=home)
+        if choice is not None and members:
+            taken = {name: (choice["uid"], choice["gid"])}
+            chosen, problems = choose_member_ids(members, probes, taken, id_min=id_min)
         result["changed"] = False
         if problems:
             result.update(failed=True, problems=problems, msg=" ".join(f"{p}." for p in problems))
         else:
-            result.update(choice)
+            result.update(choice, members=chosen)
         return result

@@ -42,6 +42,14 @@ options:
     description: Each node's training_user_ids result, by inventory hostname.
     type: dict
     required: true
+  members:
+    description:
+      - The team's members (training_user_team), each a dict with C(name), and optionally C(uid)
+        (0 to choose) and C(keys) (public keys). Each gets one UID and GID on every node,
+        chosen after the training user's, none the same as another's.
+    type: list
+    elements: dict
+    default: []
 """
 
 RETURN = r"""
@@ -60,6 +68,10 @@ homes:
 create:
   description: The nodes where the user does not exist yet.
   type: list
+  returned: success
+members:
+  description: Each member's name to its own uid, gid, homes and create, as above.
+  type: dict
   returned: success
 problems:
   description: One sentence per reason the ids cannot be chosen.

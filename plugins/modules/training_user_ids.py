@@ -38,6 +38,12 @@ options:
     type: list
     elements: str
     default: []
+  members:
+    description: The names of the team's members (training_user_team), whose own entries are read
+      the same way.
+    type: list
+    elements: str
+    default: []
 """
 
 RETURN = r"""
@@ -56,6 +62,10 @@ users:
   returned: always
 groups:
   description: Every group the node knows, name to gid.
+  type: dict
+  returned: always
+members:
+  description: Each of I(members), name to its own I(user) and I(group), as above.
   type: dict
   returned: always
 gpu_groups:
@@ -111,25 +121,31 @@ def main() -> None:
         argument_spec={
             "name": {"type": "str", "required": True},
             "gpu_groups": {"type": "list", "elements": "str", "default": []},
+            "members": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    name = module.params["name"]
+    name, members = module.params["name"], module.params["members"]
     users = [(p.pw_name, p.pw_uid, p.pw_gid, p.pw_dir) for p in pwd.getpwall()]
     groups = [(g.gr_name, g.gr_gid) for g in grp.getgrall()]
     # A directory service that does not enumerate its entries still answers for one name.
-    try:
-        found = pwd.getpwnam(name)
-        users.append((found.pw_name, found.pw_uid, found.pw_gid, found.pw_dir))
-    except KeyError:
-        pass
-    try:
-        found_group = grp.getgrnam(name)
-        groups.append((found_group.gr_name, found_group.gr_gid))
-    except KeyError:
-        pass
+    for wanted in (name, *members):
+        try:
+            found = pwd.getpwnam(wanted)
+            users.append((found.pw_name, found.pw_uid, found.pw_gid, found.pw_dir))
+        except KeyError:
+            pass
+        try:
+            found_group = grp.getgrnam(wanted)
+            groups.append((found_group.gr_name, found_group.gr_gid))
+        except KeyError:
+            pass
     local = {entry[0] for entry in parse_passwd(read_text("/etc/passwd"))}
     ids = node_ids(name, users, groups, local)
+    ids["members"] = {}
+    for member in members:
+        own = node_ids(member, users, groups, local)
+        ids["members"][member] = {"user": own["user"], "group": own["group"]}
     devices = gpu_devices()
     access = gpu_access(name, module.params["gpu_groups"], ids["groups"], devices)
     module.exit_json(changed=False, devices=devices, **ids, **access)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -73,16 +74,32 @@ def accounting(master: Node, job: Job) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def slurm_cluster(inventory_file, tmp_path_factory, members: list[Node]) -> dict[str, object]:
-    """slurm.yml run twice on the training group: the two outcomes."""
+    """The team's people made users (provision.yml's training_user role, with training_user_team:
+    alice, with a key made here, and bob), then slurm.yml run twice on the training group: the
+    outcomes, and alice's private key."""
     playbook = Playbook(inventory_file, tmp_path_factory.mktemp("slurm-runs"))
     for node in members:
         for minor, path in enumerate(FAKE_GPUS):
             node.host.run_expect([0], f"test -c {path} || mknod -m 0666 {path} c 240 {minor}")
-    settings = {"slurm_health_interval": HEALTH_INTERVAL_S, "slurm_gres_gpu_files": FAKE_GPUS}
+    key = tmp_path_factory.mktemp("alice") / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@laptop", "-f", str(key)],
+        check=True,
+    )  # fmt: skip
+    team = {"training_user_team": [{"name": "alice", "keys": [key.with_suffix(".pub").read_text()]},
+                               {"name": "bob"}]}  # fmt: skip
+    people = playbook.run("provision.yml", team, timeout=600, args=("--tags", "training_user"))
+    assert people.rc == 0, people.output
+    again = playbook.run("provision.yml", team, timeout=600, args=("--tags", "training_user"))
+    settings = {
+        "slurm_health_interval": HEALTH_INTERVAL_S,
+        "slurm_gres_gpu_files": FAKE_GPUS,
+        **team,
+    }
     first = playbook.run("slurm.yml", settings, timeout=900)
     assert first.rc == 0, first.output
     second = playbook.run("slurm.yml", settings, timeout=600)
-    return {"first": first, "second": second}
+    return {"first": first, "second": second, "key": key, "people_again": again}
 
 
 def test_slurm_converges_is_idempotent_and_every_node_is_idle(
@@ -106,6 +123,89 @@ def test_every_node_has_the_same_munge_key_and_slurm_conf(
     for path in ("/etc/munge/munge.key", "/etc/slurm/slurm.conf"):
         digests = {node.host.check_output(f"sha256sum {path}").split()[0] for node in members}
         assert len(digests) == 1, f"{path} differs between the nodes"
+
+
+def test_each_person_is_a_user_with_the_same_ids_everywhere_and_logs_in_with_their_key(
+    slurm_cluster: dict[str, object], master: Node, members: list[Node]
+) -> None:
+    again = slurm_cluster["people_again"]
+    assert again.rc == 0, again.output
+    assert set(recap_changes(again.output).values()) == {0}, again.output
+    trainer = master.setting("ssh_trust_user", "ssh_trust")
+    ids = {
+        node.name: {
+            name: node.host.check_output(f"id -u {name}; id -g {name}").split()
+            for name in (trainer, "alice", "bob")
+        }
+        for node in members
+    }
+    assert all(found == ids[master.name] for found in ids.values()), ids
+    numbers = [uid for uid, _ in ids[master.name].values()]
+    assert len(set(numbers)) == 3, ids  # nobody shares a number
+    assert all(uid == gid for uid, gid in ids[master.name].values()), ids
+    for node in members:
+        login = subprocess.run(
+            ["ssh", "-i", str(slurm_cluster["key"]), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             f"alice@{node.hostvars['ansible_host']}", "id -un; pwd"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert (login.returncode, login.stdout.split()) == (0, ["alice", "/home/alice"]), (
+            login.stderr
+        )
+
+
+def test_slurm_runs_each_persons_jobs_as_theirs_and_refuses_anyone_else(
+    slurm_cluster: dict[str, object], master: Node
+) -> None:
+    """Every person has an association in the team's account, with fair share; a job is its
+    submitter's (sacct -u), another person cannot cancel it, and a user of the node who is not
+    on the list cannot submit at all (AccountingStorageEnforce=associations)."""
+    trainer = master.setting("ssh_trust_user", "ssh_trust")
+    associations = master.host.check_output(
+        "sacctmgr --noheader --parsable2 show associations cluster=torch format=account,user"
+    )
+    print(f"sacctmgr's associations:\n{associations}")
+    assert {("team", name) for name in (trainer, "alice", "bob")} <= {
+        tuple(line.split("|")) for line in associations.splitlines()
+    }
+    config = master.host.check_output("scontrol show config")
+    assert re.search(r"^PriorityType\s+= priority/multifactor$", config, re.M), config
+    assert re.search(r"^AccountingStorageEnforce\s+= associations$", config, re.M), config
+    shares = master.host.check_output(
+        "sshare --noheader --parsable2 --all --accounts=team --format=Account,User"
+    )
+    assert {f"team|{name}" for name in ("alice", "bob")} <= set(shares.split()), shares
+
+    submit = (
+        "sbatch --parsable --chdir=/tmp --output=/dev/null --job-name=alices --wrap='sleep 300'"
+    )
+    job_id = master.host.check_output(f"runuser -u alice -- {submit}").strip()
+    try:
+        cancelled = master.host.run(f"runuser -u bob -- scancel {job_id}")
+        assert cancelled.rc != 0, cancelled
+        assert "Access/permission denied" in cancelled.stderr, cancelled.stderr
+        state = master.host.check_output(f"squeue --noheader --jobs={job_id} --format=%T")
+        assert state.strip() in ("PENDING", "RUNNING"), state
+    finally:
+        master.host.run_expect([0], f"runuser -u alice -- scancel {job_id}")
+    deadline = time.monotonic() + 30
+    while not master.host.check_output(
+        f"sacct --noheader --parsable2 -u alice --starttime=now-1hour --format=JobID,User "
+        f"--allocations --jobs={job_id}"
+    ).strip():
+        assert time.monotonic() < deadline, "alice's job is not in sacct -u alice"
+        time.sleep(1)
+
+    master.host.run_expect([0], "id mallory || useradd --no-create-home mallory")
+    try:
+        refused = master.host.run(
+            "runuser -u mallory -- sbatch --chdir=/tmp --output=/dev/null --wrap=true"
+        )
+    finally:
+        master.host.run_expect([0], "userdel mallory")
+    assert refused.rc != 0
+    assert "Invalid account" in refused.stderr, refused.stderr
 
 
 def slurm_node(master: Node, node: Node) -> tuple[str, str]:

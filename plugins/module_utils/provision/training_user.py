@@ -42,6 +42,10 @@ RESERVED_IDS = (65534, 2**32 - 1)
 WORLD_RW = stat.S_IROTH | stat.S_IWOTH
 
 
+# The settings that set the training user's ids, as the refusals name them.
+SETTINGS = {"UID": "training_user_uid", "GID": "training_user_gid"}
+
+
 def input_problems(
     name: str, *, home: str, shell: str, uid: int, gid: int, id_min: int
 ) -> list[str]:
@@ -226,9 +230,10 @@ def _ids(probes: Mapping[str, Mapping], kind: str) -> dict[str, int]:
     return ids
 
 
-def _setting_problems(name: str, var: str, wanted: int, existing: Mapping[str, int]) -> list[str]:
-    """An id that the inventory sets, against the one the user or group has already."""
-    kind = var[-3:].upper()
+def _setting_problems(
+    name: str, kind: str, var: str, wanted: int, existing: Mapping[str, int]
+) -> list[str]:
+    """An id that the inventory sets (VAR), against the one the user or group has already."""
     have = sorted(set(existing.values()))
     if not wanted or len(have) != 1 or have == [wanted]:
         return []
@@ -255,17 +260,20 @@ def _choose(
     return uid, gid
 
 
-def _origin(kind: str, wanted: int, existing: Mapping[str, int]) -> str:
+def _origin(kind: str, wanted: int, existing: Mapping[str, int], labels: Mapping[str, str]) -> str:
     """Where an id comes from, for a refusal."""
     if wanted:
-        return f"training_user_{kind.lower()}"
+        return labels[kind]
     if existing:
         return f"its {kind} on {', '.join(existing)}"
     return "chosen"
 
 
 def _taken_problems(
-    name: str, ids: Mapping[str, tuple[int, int, Mapping[str, int]]], owners: Mapping
+    name: str,
+    ids: Mapping[str, tuple[int, int, Mapping[str, int]]],
+    owners: Mapping,
+    labels: Mapping[str, str],
 ) -> list[str]:
     """A chosen or set id that something else has on a node."""
     problems = []
@@ -275,16 +283,14 @@ def _taken_problems(
             if not taker:
                 continue
             fix = (
-                f"Choose another training_user_{kind.lower()}, or 0 to let the role choose one "
-                "free on every node"
+                f"Set {labels[kind]} to another number, or to 0 to let the role choose one free on "
+                "every node"
                 if wanted
                 else f"{name} needs the same {kind} on every node: give {taker} another "
                 f"number on {node}, or change {name}'s where it exists. {_renumber_hint(name)}"
             )
-            problems.append(
-                f"{kind} {number} ({_origin(kind, wanted, existing)}) is taken on {node} by "
-                f"{taker}. {fix}"
-            )
+            origin = _origin(kind, wanted, existing, labels)
+            problems.append(f"{kind} {number} ({origin}) is taken on {node} by {taker}. {fix}")
     return problems
 
 
@@ -296,18 +302,19 @@ def choose_ids(
     gid: int = 0,
     id_min: int = 2000,
     home: str = "",
+    labels: Mapping[str, str] = SETTINGS,
 ) -> tuple[dict | None, list[str]]:
     """({uid, gid, homes: node -> home, create: the nodes without the user}, []) or (None,
     why not), from every node's node_ids(), in the nodes' order. uid, gid: the inventory's, 0
     to choose; home: the inventory's, "" for /home/<name> where the user is created (a node
-    where it exists keeps its home)."""
+    where it exists keeps its home). labels: the settings' names in the refusals (SETTINGS)."""
     silent = [node for node, probe in probes.items() if "users" not in probe]
     if silent:
         return None, [f"no users and groups were read from {', '.join(silent)}"]
     problems = _existing_problems(name, probes)
     existing_uids, existing_gids = _ids(probes, "uid"), _ids(probes, "gid")
-    problems += _setting_problems(name, "training_user_uid", uid, existing_uids)
-    problems += _setting_problems(name, "training_user_gid", gid, existing_gids)
+    problems += _setting_problems(name, "UID", labels["UID"], uid, existing_uids)
+    problems += _setting_problems(name, "GID", labels["GID"], gid, existing_gids)
     if problems:
         return None, problems
 
@@ -321,12 +328,13 @@ def choose_ids(
     if chosen_uid is None or chosen_gid is None:
         return None, [
             f"no number from training_user_id_min ({id_min}) to {ID_MAX} is free as a UID "
-            "and a GID on every node: set training_user_uid and training_user_gid"
+            f"and a GID on every node for {name}: set {labels['UID']} and {labels['GID']}"
         ]
     problems = _taken_problems(
         name,
         {"UID": (chosen_uid, uid, existing_uids), "GID": (chosen_gid, gid, existing_gids)},
         owners,
+        labels,
     )
 
     homes = {}

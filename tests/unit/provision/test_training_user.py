@@ -144,7 +144,7 @@ def test_a_set_uid_that_another_user_has_names_it_and_the_node() -> None:
         "UID 1000 (training_user_uid) is taken on node0 by the user debian",
         "UID 1000 (training_user_uid) is taken on node1 by the user rocky",
     ]
-    assert "Choose another training_user_uid, or 0" in problems[0]
+    assert "Set training_user_uid to another number, or to 0" in problems[0]
 
 
 def test_a_set_gid_that_another_group_has_names_it_on_every_node() -> None:
