@@ -106,6 +106,7 @@ lint: venv collection-path docs-check ## ansible-lint (production profile), yaml
 	for p in playbooks/*.yml sandbox/*.yml; do $(BIN)/ansible-playbook --syntax-check "$$p"; done
 
 unit: setup ## Trainer and preflight tests (real torchrun jobs; a bare sandbox for the preflight)
+	@date -u '+== unit starts at %T UTC'
 	$(BIN)/pytest tests
 
 # A local mirror of NVIDIA's CUDA apt repository (libnccl2, libnccl-dev, cuda-keyring), made
@@ -132,6 +133,7 @@ collection: venv ## Build the torch_cluster.cluster collection into .cache/colle
 
 molecule: setup data nccl-mirror el9-repos ## The sandbox scenario: create, converge, idempotence, verify, destroy
 	rm -f .cache/verify-junit.xml
+	@date -u '+== molecule starts at %T UTC'
 	cd $(CURDIR) && $(BIN)/molecule test -s sandbox || { df -h . /var/lib/containers; \
 	  $(BIN)/python sandbox/failed_tests.py .cache/verify-junit.xml; exit 1; }
 

@@ -26,6 +26,9 @@ from launcher import Job, Playbook
 from sandbox_nodes import LISTENER_SCRIPT, RANDOM_PORTS, Listen, Listener, Node, role_defaults
 from testinfra.utils.ansible_runner import AnsibleRunner
 
+# Each module's start and seconds, and each test's limit (clock.py).
+pytest_plugins = ["clock"]
+
 OUTSIDER_GROUP = "sandbox_outsiders"
 EXTRA_GROUP = "extra_nodes"
 
