@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
@@ -13,6 +14,8 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files
     replace_text,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    ACTIVE_STATES,
+    cancel_wait_states,
     job_name,
     preflight_problems,
     sbatch_script,
@@ -90,6 +93,13 @@ options:
     description: With I(state=absent), seconds to wait for the cancelled jobs to end.
     type: float
     default: 60
+  lost_nodes:
+    description:
+      - With I(state=absent), the nodes the watch lost. Slurm keeps the job completing until
+        they answer again or it marks them down, so the wait ends once the job runs nowhere.
+    type: list
+    elements: str
+    default: []
 """
 
 RETURN = r"""
@@ -112,10 +122,12 @@ problems:
 """
 
 
-def active_jobs(module: AnsibleModule, name: str) -> list[str]:
-    """Slurm job ids of this name that are queued, running or ending."""
+def active_jobs(
+    module: AnsibleModule, name: str, states: Sequence[str] = ACTIVE_STATES
+) -> list[str]:
+    """Slurm job ids of this name in one of the states (queued, running or ending)."""
     rc, out, err = module.run_command(
-        ["squeue", "--noheader", f"--name={name}", "--format=%i", "--states=PD,CF,R,CG,S"]
+        ["squeue", "--noheader", f"--name={name}", "--format=%i", f"--states={','.join(states)}"]
     )
     if rc != 0:
         module.fail_json(msg=f"squeue failed: {(err or out).strip()}")
@@ -193,10 +205,11 @@ def cancel(module: AnsibleModule) -> None:
     if rc != 0:
         module.fail_json(msg=f"scancel failed: {(err or out).strip()}")
     deadline = time.monotonic() + params["wait"]
-    left = active_jobs(module, name)
+    waited = cancel_wait_states(params["lost_nodes"])
+    left = active_jobs(module, name, waited)
     while left and time.monotonic() < deadline:
         time.sleep(1)
-        left = active_jobs(module, name)
+        left = active_jobs(module, name, waited)
     if left:
         module.fail_json(
             msg=f"Slurm job(s) {', '.join(left)} still ran {params['wait']:.0f} s after scancel",
@@ -226,6 +239,7 @@ def main() -> None:
             "exclusive": {"type": "bool", "default": True},
             "master_port": {"type": "int", "default": 0},
             "wait": {"type": "float", "default": 60},
+            "lost_nodes": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

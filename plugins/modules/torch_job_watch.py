@@ -40,6 +40,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm im
     job_phase,
     node_states,
     parse_scontrol,
+    with_lost_nodes,
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.sync import INCOMING
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
@@ -419,10 +420,16 @@ def main() -> None:
         return bool(follow.lines or follow.skipped)
 
     slurm: dict[str, str] = {}
-    pollers = NodePollers({} if params["slurm_job_id"] else addresses, params, liveness)
+    # Every node is polled in both modes: through Slurm too, a node that stops answering is
+    # lost after train_lost_after (Slurm itself would wait for its SlurmdTimeout).
+    pollers = NodePollers(addresses, params, liveness)
     poll_all = liveness.states
     if params["slurm_job_id"]:
-        poll_all, slurm = slurm_poller(params, addresses, names)
+        slurm_states, slurm = slurm_poller(params, addresses, names)
+
+        def poll_all() -> dict[str, NodeState]:
+            return with_lost_nodes(slurm_states(), liveness.states())
+
     with pollers:
         seen = watch_round(
             poll_all,
@@ -436,7 +443,7 @@ def main() -> None:
             stalled=lambda: rank0.stalled(params["stall_timeout"]) and job_phase(slurm) != "queued",
             news=news if params["follow"] > 0 else lambda: False,
             min_wait=params["min_wait"],
-            settled=(lambda: True) if params["slurm_job_id"] else liveness.settled,
+            settled=liveness.settled,
         )
     bad = first_failure(seen.states, seen.verdict.bad_nodes)
     unreachable = [name for name in bad if seen.states[name].state == UNREACHABLE]

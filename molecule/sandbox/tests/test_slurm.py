@@ -46,6 +46,9 @@ HEALTH_INTERVAL_S = 10
 HEALTH_CPU_LIMIT_S = 1.0
 # The playbook must fail, with every process gone, within this long of a kill.
 TEARDOWN_LIMIT_S = 30
+# ... and within this long of a worker's link pulled: train_lost_after (6 s), then the
+# cancel and the record.
+LOST_LIMIT_S = 30
 SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819
 # What a host gets from firewalld's default zone for a port it does not open.
 REJECTED = Connection("EHOSTUNREACH")
@@ -484,6 +487,48 @@ def test_killing_a_nodes_workers_ends_the_slurm_job_everywhere(
     assert record["State"] == "FAILED"
     for node in members:
         assert job.processes(node) == [], f"{node} still runs processes of the job"
+
+
+def test_a_worker_that_stops_answering_ends_the_slurm_job_in_seconds(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    """A worker's link pulled: Slurm would notice only after its SlurmdTimeout (minutes), and
+    torchrun on the master would wait for it in a collective. The watch polls every node and
+    declares the silent one lost after train_lost_after; the job is cancelled and the playbook
+    fails, naming it. Slurm keeps the job completing there while the node is away, and ends it
+    once the node is back: then nothing of the job is left, and the node takes jobs again."""
+    master, victim = members[0], members[-1]
+    running = playbook.start("train.yml", slurm_vars(job, *LONG_JOB, nproc=1))
+    try:
+        job.wait_for_log(master, "progress epoch=")
+        with victim.unplugged():
+            pulled = time.monotonic()
+            outcome = running.wait(timeout=120)
+            failed_s = time.monotonic() - pulled
+            held = master.host.check_output(
+                f"squeue --noheader --name=torch-{job.job_id} --states=PD,CF,R,S --format=%i"
+            ).split()
+    finally:
+        running.kill()
+        # Also after a failure: the modules after this one need the node back in Slurm.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+            job.processes(victim)
+            or slurm_jobs(master, job)
+            or slurm_node(master, victim)[0].rstrip("*") != "idle"
+        ):
+            time.sleep(2)
+    assert outcome.rc != 0, outcome.output
+    assert failed_s < LOST_LIMIT_S, f"the playbook took {failed_s:.1f} s to fail:\n{outcome.output}"
+    assert re.search(rf"{victim}.*not heard from for [\d.]+ s", outcome.output), outcome.output
+    (attempt,) = attempts(playbook, job)
+    assert attempt["nodes"][victim.name]["state"] == "unreachable", attempt["nodes"]
+    assert held == [], f"Slurm still runs the job: {held}"
+    assert job.processes(master) == []
+    assert job.processes(victim) == []
+    assert slurm_jobs(master, job) == []
+    assert slurm_node(master, victim)[0].rstrip("*") == "idle", slurm_node(master, victim)
+    print(f"lost through Slurm: the playbook failed {failed_s:.1f} s after the link was pulled")
 
 
 def test_stop_yml_cancels_the_slurm_job(

@@ -22,6 +22,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_sta
     STOPPED,
     SUCCEEDED,
     TIMED_OUT,
+    UNREACHABLE,
     NodeState,
 )
 
@@ -288,6 +289,32 @@ def node_states(
             )
     order = failed_first + [name for name in names if name not in failed_first]
     return {name: states[name] for name in order}
+
+
+# squeue's states of a job that still holds nodes: pending, configuring, running, suspended,
+# completing.
+ACTIVE_STATES = ("PD", "CF", "R", "S", "CG")
+
+
+def cancel_wait_states(lost_nodes: Sequence[str]) -> tuple[str, ...]:
+    """The squeue states that a cancel waits out. With a node lost, Slurm keeps the job
+    COMPLETING until that node answers again or is marked down (SlurmdTimeout, minutes), so the
+    wait ends once the job runs nowhere: what it left on the nodes that answer is checked next,
+    on each of them (torch_job_unit state=absent)."""
+    return tuple(state for state in ACTIVE_STATES if not (lost_nodes and state == "CG"))
+
+
+def with_lost_nodes(
+    slurm: Mapping[str, NodeState], polled: Mapping[str, NodeState]
+) -> dict[str, NodeState]:
+    """Slurm's view of each node, except that a node the watch has lost (polled unreachable:
+    not heard from for train_lost_after, liveness.Liveness.states) is unreachable whatever Slurm
+    says. slurmctld notices a silent node only after its SlurmdTimeout (minutes), and until then
+    torchrun on the other nodes waits for it in a collective."""
+    lost = {name for name, state in polled.items() if state.state == UNREACHABLE}
+    # The lost nodes first: they are the job's first failure.
+    order = [name for name in slurm if name in lost] + [name for name in slurm if name not in lost]
+    return {name: polled[name] if name in lost else slurm[name] for name in order}
 
 
 def preflight_problems(

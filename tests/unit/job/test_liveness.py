@@ -1,10 +1,11 @@
 """A node is lost when it has not answered for train_lost_after seconds, whatever the polls: a
-slow answer is an answer, and the count goes on across watch rounds."""
+slow answer is an answer, and the count goes on across watch rounds. Through Slurm too."""
 
 from __future__ import annotations
 
 from ansible_collections.torch_cluster.cluster.plugins.action import torch_job_watch as watch_action
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.liveness import Liveness
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import with_lost_nodes
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
     RUNNING,
     SUCCEEDED,
@@ -95,3 +96,37 @@ def test_a_round_waits_for_a_slow_answer_in_flight_and_not_for_a_lost_node() -> 
     assert not live.settled()
     clock.now += 0.6  # node2: 6.1 s without an answer, lost
     assert live.settled()
+
+
+def test_through_slurm_a_silent_node_is_lost_after_lost_after_whatever_slurm_says() -> None:
+    """Slurm still calls the job RUNNING (slurmctld waits for its SlurmdTimeout): the node that
+    the watch has not heard from for train_lost_after is unreachable, and leads the failure."""
+    clock = Clock()
+    live = Liveness(["node0", "node1", "node2"], 6, clock=clock)
+    slurm = {name: NodeState(RUNNING, "Slurm job RUNNING") for name in ("node0", "node1", "node2")}
+    live.answered("node0", RUN)
+    live.answered("node2", RUN)
+    clock.now += 5.0
+    live.answered("node0", RUN)
+    live.answered("node2", RUN)
+    assert with_lost_nodes(slurm, live.states()) == slurm  # node1 silent 5 s: not yet
+    clock.now += 1.5
+    live.answered("node0", RUN)
+    live.answered("node2", RUN)
+    states = with_lost_nodes(slurm, live.states())
+    assert list(states) == ["node1", "node0", "node2"]
+    assert states["node1"].state == UNREACHABLE
+    assert "not heard from for 6.5 s" in states["node1"].detail
+    assert states["node0"] == states["node2"] == NodeState(RUNNING, "Slurm job RUNNING")
+
+
+def test_through_slurm_an_answering_node_keeps_slurms_state() -> None:
+    """A node that answers, however its unit looks (there is none through Slurm), has the state
+    Slurm gives it: a job that ended stays ended."""
+    live = Liveness(["node0", "node1"], 6, clock=Clock())
+    live.answered("node0", NodeState("inactive", "no such unit"))
+    ended = {
+        "node0": NodeState(SUCCEEDED, "torchrun exit status 0 (Slurm: COMPLETED)"),
+        "node1": NodeState(SUCCEEDED, "torchrun exit status 0 (Slurm: COMPLETED)"),
+    }
+    assert with_lost_nodes(ended, live.states()) == ended

@@ -17,6 +17,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs i
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
     PORT_SPREAD,
     allocation_command,
+    cancel_wait_states,
     job_phase,
     node_states,
     parse_scontrol,
@@ -375,3 +376,10 @@ def test_a_wait_in_slurms_queue_is_no_silence_of_rank_0() -> None:
     assert watch_action._QueueClock.quiet(queued) == 0.0
     assert watch_action._QueueClock.quiet(running) == 12.5
     assert watch_action._QueueClock.quiet({"quiet_for": 3}) == 3.0  # the default launcher
+
+
+def test_a_cancel_waits_out_completing_unless_a_node_was_lost() -> None:
+    """Slurm keeps a job COMPLETING while a node it ran on does not answer: after a loss the
+    cancel stops waiting once the job runs nowhere."""
+    assert cancel_wait_states([]) == ("PD", "CF", "R", "S", "CG")
+    assert cancel_wait_states(["node1"]) == ("PD", "CF", "R", "S")
