@@ -155,7 +155,7 @@ options:
     description:
       - The job runs in Slurm (train_launcher=slurm) as this Slurm job. Its state comes from
         C(scontrol) on this node instead of systemd on every node; once it ended, each node's
-        from srun's lines in I(slurm_output). Every node is still polled: one lost
+        from srun's lines in I(slurm_output). Every node is still polled, and one lost
         (I(lost_after)) is unreachable whatever Slurm says.
     type: str
     default: ""
