@@ -39,6 +39,9 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.restarts
     decide_restart,
     time_left,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    SLURM_CONTROLLER,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.stall import stall_outliers
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.watch import (
     JOB_FAILED,
@@ -102,6 +105,12 @@ options:
     description: The fewest nodes the job may go on with after losing some (0 for all of them).
     type: int
     default: 0
+  slurm_controllers:
+    description: The job's nodes that run Slurm's controller (train_launcher=slurm). A job that
+      loses one does not restart, since no batch job starts without it.
+    type: list
+    elements: str
+    default: []
   job_size:
     description: The number of nodes the job started with.
     type: int
@@ -209,6 +218,7 @@ def main() -> None:
             "sync": {"type": "dict", "default": {}},
             "spares": {"type": "list", "elements": "str", "default": []},
             "min_nodes": {"type": "int", "default": 0},
+            "slurm_controllers": {"type": "list", "elements": "str", "default": []},
             "job_size": {"type": "int", "required": True},
             "hardware": {"type": "dict", "default": {}},
             "stall": {"type": "dict", "default": {}},
@@ -276,6 +286,7 @@ def main() -> None:
         excluded=excluded_nodes([a.as_dict() for a in attempts[:-1]]),
         job_size=params["job_size"],
         min_nodes=params["min_nodes"],
+        indispensable={name: SLURM_CONTROLLER for name in params["slurm_controllers"]},
     )
     attempt.left, attempt.replaced = plan.left, plan.replaced
     why_not = decide_restart(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files import (
@@ -15,8 +14,11 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.common.files
 )
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
     ACTIVE_STATES,
-    cancel_wait_states,
+    blocking_jobs,
+    controller_nodes,
     job_name,
+    jobs_to_wait_for,
+    parse_squeue_states,
     preflight_problems,
     sbatch_script,
 )
@@ -30,7 +32,8 @@ description:
     nodes it does not know); changes nothing.
   - C(state=exported) writes the batch script (plugins/module_utils/job/slurm.py) to I(script).
   - C(state=submitted) writes it and submits it with C(sbatch) (as the task's user), unless a
-    job of the same name is queued or running already.
+    job of the same name is queued or running already (one still completing, held by a node
+    an earlier attempt lost, is no obstacle).
   - C(state=absent) cancels every queued or running Slurm job of the launcher job
     (C(scancel --name)), and waits until Slurm has ended them.
 options:
@@ -93,6 +96,12 @@ options:
     description: With I(state=absent), seconds to wait for the cancelled jobs to end.
     type: float
     default: 60
+  slurm_job_id:
+    description:
+      - With I(state=absent), the attempt's own Slurm job. The cancel then does not wait for an
+        earlier attempt's job still completing (on a node that attempt lost).
+    type: str
+    default: ""
   lost_nodes:
     description:
       - With I(state=absent), the nodes the watch lost. Slurm keeps the job completing until
@@ -119,19 +128,24 @@ problems:
   description: Why Slurm cannot run the job (checked).
   type: list
   returned: when state is checked
+controllers:
+  description: The names of I(nodes) that run Slurm's controller (checked); a job cannot go on
+    without them after a loss. I(nodes) may give each C(address), the cluster's address.
+  type: list
+  returned: when state is checked
 """
 
 
-def active_jobs(
-    module: AnsibleModule, name: str, states: Sequence[str] = ACTIVE_STATES
-) -> list[str]:
-    """Slurm job ids of this name in one of the states (queued, running or ending)."""
+def active_jobs(module: AnsibleModule, name: str) -> list[tuple[str, str]]:
+    """(Slurm job id, squeue state) of the jobs of this name that hold nodes (queued, running
+    or ending)."""
     rc, out, err = module.run_command(
-        ["squeue", "--noheader", f"--name={name}", "--format=%i", f"--states={','.join(states)}"]
-    )
+        ["squeue", "--noheader", f"--name={name}", "--format=%i %t",
+         f"--states={','.join(ACTIVE_STATES)}"]
+    )  # fmt: skip
     if rc != 0:
         module.fail_json(msg=f"squeue failed: {(err or out).strip()}")
-    return out.split()
+    return parse_squeue_states(out)
 
 
 def check(module: AnsibleModule) -> None:
@@ -142,7 +156,10 @@ def check(module: AnsibleModule) -> None:
     _, ping, ping_err = module.run_command(["scontrol", "ping"])
     _, out, _ = module.run_command(["sinfo", "--noheader", "--Node", "--format=%N"])
     problems = preflight_problems(sorted(set(out.split())), wanted, ping + ping_err, True)
-    module.exit_json(changed=False, problems=problems)
+    _, config, _ = module.run_command(["scontrol", "show", "config"])
+    module.exit_json(
+        changed=False, problems=problems, controllers=controller_nodes(config, params["nodes"])
+    )
 
 
 def write_script(module: AnsibleModule) -> tuple[str, bool]:
@@ -178,7 +195,7 @@ def write_script(module: AnsibleModule) -> tuple[str, bool]:
 def submit(module: AnsibleModule) -> None:
     params = module.params
     name = job_name(params["job_id"])
-    running = [] if module.check_mode else active_jobs(module, name)
+    running = [] if module.check_mode else blocking_jobs(active_jobs(module, name))
     if running:
         module.fail_json(
             msg=f"Slurm job(s) {', '.join(running)} of job {params['job_id']} are queued or "
@@ -198,18 +215,18 @@ def cancel(module: AnsibleModule) -> None:
     if not shutil.which("squeue"):
         module.exit_json(changed=False, cancelled=[], msg="Slurm is not installed here")
     name = job_name(params["job_id"])
-    ids = active_jobs(module, name)
+    ids = [job for job, _ in active_jobs(module, name)]
     if not ids or module.check_mode:
         module.exit_json(changed=bool(ids), cancelled=ids)
     rc, out, err = module.run_command(["scancel", f"--name={name}"])
     if rc != 0:
         module.fail_json(msg=f"scancel failed: {(err or out).strip()}")
     deadline = time.monotonic() + params["wait"]
-    waited = cancel_wait_states(params["lost_nodes"])
-    left = active_jobs(module, name, waited)
+    lost, own = params["lost_nodes"], params["slurm_job_id"]
+    left = jobs_to_wait_for(active_jobs(module, name), lost, own)
     while left and time.monotonic() < deadline:
         time.sleep(1)
-        left = active_jobs(module, name, waited)
+        left = jobs_to_wait_for(active_jobs(module, name), lost, own)
     if left:
         module.fail_json(
             msg=f"Slurm job(s) {', '.join(left)} still ran {params['wait']:.0f} s after scancel",
@@ -240,6 +257,7 @@ def main() -> None:
             "master_port": {"type": "int", "default": 0},
             "wait": {"type": "float", "default": 60},
             "lost_nodes": {"type": "list", "elements": "str", "default": []},
+            "slurm_job_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )

@@ -29,6 +29,7 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.failures
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import (
     FENCE_FILE,
     HEARTBEAT_DIR,
+    fence_argv,
     fence_unit,
     fence_unit_argv,
     heartbeat_path,
@@ -213,6 +214,9 @@ options:
       - With I(state=started), also start the job's fence unit (plugins/module_utils/job/fence.py),
         which kills the job's processes on this node once its heartbeat file has not been
         touched by the watch for this many seconds while torchrun runs. 0 for no fence.
+      - With I(state=prepared), make the fence's script and heartbeat ready, and return the
+        fence's command as I(fence), for the launcher that starts torchrun (Slurm's batch
+        script) to start beside it.
     type: float
     default: 0
   gpu_release_timeout:
@@ -238,6 +242,11 @@ command:
   description: The systemd-run argv (started), or the command (prepared).
   type: list
   returned: when state is started or prepared
+fence:
+  description: With I(state=prepared) and I(fence_timeout), the fence's command, to which the
+    launcher adds torchrun's PID; empty without a fence.
+  type: list
+  returned: when state is prepared
 log_start:
   description: Size of the log before the start, where this run's output begins.
   type: int
@@ -431,7 +440,7 @@ def prepare(params: dict) -> int:
     log_start = os.path.getsize(log) if os.path.exists(log) else 0
     if params["wrapper"] and read_text(params["wrapper"]) != RECORD_WRAPPER:
         replace_text(params["wrapper"], RECORD_WRAPPER, mode=0o644)
-    if params["fence_timeout"] > 0 and params["state"] == "started":
+    if params["fence_timeout"] > 0:
         prepare_fence(params, user)
     if params["header"]:
         with open(log, "a") as handle:
@@ -479,8 +488,14 @@ def start(module: AnsibleModule) -> None:
         module.fail_json(msg=f"{params['name']} is running already ({state.detail})")
     if params["state"] == "prepared":
         # Another launcher (Slurm) starts the command: only the node's side is made ready.
+        fencing = []
+        if params["fence_timeout"] > 0:
+            fencing = fence_argv(
+                sys.executable, params["name"], params["fence_timeout"], params["log"],
+                params["node_name"],
+            )  # fmt: skip
         if module.check_mode:
-            module.exit_json(changed=True, command=params["command"], log_start=0)
+            module.exit_json(changed=True, command=params["command"], log_start=0, fence=fencing)
         clear(module, params["name"], props)
         log_start = prepare_or_fail(module)
         module.exit_json(
@@ -488,6 +503,7 @@ def start(module: AnsibleModule) -> None:
             command=params["command"],
             log_start=log_start,
             output_newest=output_newest(params["working_directory"]),
+            fence=fencing,
         )
     argv = systemd_run(params)
     if module.check_mode:

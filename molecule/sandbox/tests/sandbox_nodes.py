@@ -152,6 +152,11 @@ class Node:
                         route["dst"], "via", route["gateway"], "dev", device,
                     )  # fmt: skip
 
+    def inside(self, *argv: str) -> str:
+        """A command's output, run in the node's container through podman: it works while the
+        node is unplugged."""
+        return self._podman("exec", self._container(), *argv)
+
     @contextlib.contextmanager
     def stopped(self) -> Iterator[None]:
         """Stop the node's container at once (SIGKILL to everything in it, as a power loss

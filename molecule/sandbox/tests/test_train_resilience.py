@@ -2,8 +2,9 @@
 
 The module adds the scenario's extra node (node2) to the training group through a second
 inventory and provisions it once, so that the jobs here run on three nodes (or on two with a
-spare). Faults are real: a node is taken off the network, the master's container is stopped,
-and one rank of a script sleeps outside the all_reduce that the others wait in.
+spare). Its last test makes the three nodes a Slurm cluster, and loses a node of a job there.
+Faults are real: a node is taken off the network, the master's container is stopped, and one
+rank of a script sleeps outside the all_reduce that the others wait in.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launcher import PROJECT_DIR, Job, Playbook, attempts, job_vars, metrics
+from launcher import (
+    JOB_PROCESSES_SCRIPT,
+    PROJECT_DIR,
+    Job,
+    Playbook,
+    attempts,
+    job_vars,
+    metrics,
+)
 from sandbox_nodes import Node
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -28,6 +37,9 @@ STALL_TIMEOUT = 20
 # From a node's loss to rank 0's next line on the rest: the issue's 20 s, and this 2-core
 # machine's noise (three nodes training on it) on top.
 BACK_IN_S, NOISE_S = 20, 5
+# The same through Slurm: the fence's wait (train_fence_timeout after the last answer), the
+# cancel, and a new batch job's submission and start on top.
+SLURM_BACK_IN_S = 45
 FENCED = "fenced itself: its watcher"
 
 
@@ -352,3 +364,92 @@ def test_a_stalled_job_is_caught_explained_and_restarted(
     assert "all_reduce" in (folder / "node0" / "rank0.txt").read_text()
     assert second["outcome"] == "succeeded"
     assert json.loads((folder / "summary.json").read_text())["outliers"] == [3]
+
+
+@pytest.fixture
+def slurm_on_three_nodes(playbook: Playbook, three_nodes: dict[str, Path]) -> None:
+    """playbooks/slurm.yml on the three nodes, with its defaults (test_slurm.py, before this
+    module, made node0 and node1 a Slurm cluster; this adds node2)."""
+    outcome = playbook.run("slurm.yml", {}, inventories=(three_nodes["all"],), timeout=900)
+    assert outcome.rc == 0, outcome.output[-3000:]
+
+
+def wait_until_slurm_is_done(master: Node, job: Job, node: Node, timeout: float = 180) -> bool:
+    """Whether, within the timeout, Slurm holds no job of the launcher job and the node is idle."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queued = master.host.run(f"squeue --noheader --name=torch-{job.job_id} --format=%i")
+        state = master.host.run(f"sinfo --noheader --nodes={node.name} --format=%T")
+        if queued.stdout.split() == [] and state.stdout.strip().rstrip("*") == "idle":
+            return True
+        time.sleep(3)
+    return False
+
+
+def slurm_allocations(master: Node, job: Job) -> list[tuple[str, str]]:
+    """sacct's (state, node list) of the launcher job's Slurm jobs, oldest first."""
+    out = master.host.check_output(
+        f"sacct --allocations --parsable2 --noheader --name=torch-{job.job_id} "
+        "--format=State,NodeList"
+    )
+    return [tuple(line.split("|")) for line in out.splitlines() if line]
+
+
+@pytest.mark.usefixtures("slurm_on_three_nodes", "replug_cleanup")
+def test_through_slurm_a_lost_node_leaves_the_job_fences_itself_and_the_next_batch_job_resumes(
+    playbook: Playbook, job: Job, cluster: list[Node], three_nodes: dict[str, Path]
+) -> None:
+    """A 3-node Slurm job with train_min_nodes=2 loses node2's link. Slurm would notice after
+    its SlurmdTimeout; the watch declares the node lost after train_lost_after, the batch job
+    is cancelled, the next one is submitted for node0 and node1 alone and resumes from the
+    checkpoint, with the default launcher's messages. Cut off, node2 stops its own part (its
+    fence, started beside torchrun in the batch script): seen through podman while it is still
+    unplugged, before Slurm could have told it anything."""
+    node0, _, node2 = cluster
+    extra = job_vars(job, *JOB, train_launcher="slurm", train_min_nodes=2, train_max_restarts=1)
+    running = playbook.start("train.yml", extra, inventories=(three_nodes["all"],))
+    try:
+        job.wait_for_log(node0, r"^\[rank0\]: epoch 2/10 ")
+        with node2.unplugged():
+            lost = time.monotonic()
+            job.wait_for_log(node0, r"continuing at epoch", timeout=180, interval=0.5)
+            back = time.monotonic() - lost
+            cut_off_log = node2.inside("cat", f"{job.folder}/node.log")
+            cut_off_processes = node2.inside(
+                "python3", "-c", JOB_PROCESSES_SCRIPT, job.job_id, "list"
+            )
+            outcome = running.wait(timeout=300)
+    finally:
+        running.kill()
+        # Slurm keeps the first batch job completing until node2 answers again (its next ping
+        # of the node, up to SlurmdTimeout/3 = 100 s): the modules after this one need node2
+        # back, and the cleanup's stop.yml waits for no more than 60 s.
+        cleared = wait_until_slurm_is_done(node0, job, node2)
+    assert outcome.rc == 0, outcome.output
+    assert "node2 left the job (stopped answering)" in outcome.output
+    assert "The next attempt runs on node0, node1 (2 of 3 node(s), master node0)" in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["nodes_used"] == ["node0", "node1", "node2"]
+    assert first["left"] == {"node2": "stopped answering"}
+    assert first["next_nodes"] == ["node0", "node1"]
+    assert second["nodes_used"] == ["node0", "node1"]
+    assert second["outcome"] == "succeeded"
+    assert second["resumed_from"] == "the shared folder /shared"
+    ran = "attempt 2 ran on node0, node1, resumed from the shared folder /shared."
+    assert ran in outcome.output
+    assert cleared, "Slurm still held node2 or the job 180 s after the job ended"
+    # Two batch jobs: the first on all three nodes, cancelled; the second on node0 and node1.
+    (first_state, first_nodes), (second_state, second_nodes) = slurm_allocations(node0, job)
+    assert first_state.startswith("CANCELLED"), first_state
+    assert first_nodes == "node[0-2]"
+    assert (second_state, second_nodes) == ("COMPLETED", "node[0-1]")
+    log = attempt_logs(job.log(node0))[-1]
+    assert "start world_size=2 " in log
+    resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
+    assert resumed >= 3, "it did not resume from the checkpoint"
+    assert metrics(playbook, job)["epochs_completed"] == 10
+    # node2, still cut off: its fence had killed its part and said why in its log.
+    assert FENCED in cut_off_log, cut_off_log[-2000:]
+    assert cut_off_processes.split() == [], cut_off_processes
+    print(f"lost worker through Slurm: rank 0 resumed {back:.1f} s after node2 was unplugged")
+    assert back <= SLURM_BACK_IN_S, f"training ran again {back:.1f} s after the loss"

@@ -13,7 +13,11 @@ The controller's side of the same rule (fence_until): the next attempt starts on
 lost node's fence timeout has passed since it was last heard from, plus the fence's own poll
 and kill (FENCE_MARGIN_S).
 
-This file runs on its own (`python3 fence.py UNIT HEARTBEAT TIMEOUT LOG NODE`): standard
+Through Slurm (train_launcher=slurm) there is no unit: each node's part of the batch script
+starts torchrun in the background and this file beside it with torchrun's PID, and the fence
+kills torchrun's process tree instead of the unit.
+
+This file runs on its own (`python3 fence.py UNIT HEARTBEAT TIMEOUT LOG NODE [PID]`): standard
 library only, no imports of the collection.
 """
 
@@ -59,8 +63,15 @@ def fence_unit_argv(python: str, unit: str, timeout: float, log: str, node: str)
         "systemd-run", f"--unit={fence_unit(unit)}", "--collect", "--quiet",
         f"--description=fence of {unit} (train_fence_timeout={timeout:g})",
         f"--property=BindsTo={unit}.service", f"--property=After={unit}.service",
-        "--", python, f"{HEARTBEAT_DIR}/{FENCE_FILE}", unit, heartbeat_path(unit),
-        f"{timeout:g}", log, node,
+        "--", *fence_argv(python, unit, timeout, log, node),
+    ]  # fmt: skip
+
+
+def fence_argv(python: str, unit: str, timeout: float, log: str, node: str) -> list[str]:
+    """The fence's own command; through Slurm, the batch script adds torchrun's PID."""
+    return [
+        python, f"{HEARTBEAT_DIR}/{FENCE_FILE}", unit, heartbeat_path(unit), f"{timeout:g}", log,
+        node,
     ]  # fmt: skip
 
 
@@ -143,24 +154,76 @@ def _heard(heartbeat: str, started: float) -> float:
         return started
 
 
-def _fence(unit: str, log: str, line: str) -> None:
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc (processes that end meanwhile are left out)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return parents
+
+
+def descendants(pid: int, parents: Mapping[int, int]) -> list[int]:
+    """pid and every process below it, parents before their children."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    tree, queue = [], [pid]
+    while queue:
+        current = queue.pop(0)
+        tree.append(current)
+        queue.extend(sorted(children.get(current, [])))
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to pid and its descendants, again until none is left (a worker may be forking
+    while the first round kills); a process that is already gone is skipped."""
+    for _ in range(10):
+        alive = [each for each in descendants(pid, _parents()) if process_running(each)]
+        if not alive:
+            return
+        for each in alive:
+            with contextlib.suppress(OSError):
+                os.kill(each, 9)
+        time.sleep(0.05)
+
+
+def _write(log: str, line: str) -> None:
     try:
         with open(log, "a", encoding="utf-8") as out:
             out.write(line + "\n")
     except OSError:
         pass
+
+
+def _fence(unit: str, log: str, line: str) -> None:
+    _write(log, line)
     subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False)
     subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
 
 
 def run(argv: Sequence[str]) -> int:
+    """Watch the unit's main process (or, given a PID, that process), and fence once the
+    heartbeat is older than the timeout while it runs."""
     unit, heartbeat, timeout, log, node = argv[0], argv[1], float(argv[2]), argv[3], argv[4]
+    watched = int(argv[5]) if len(argv) > 5 else 0
     started = time.time()
-    pid = _main_pid(unit)
+    pid = watched or _main_pid(unit)
     while pid and process_running(pid):
         silent = time.time() - _heard(heartbeat, started)
         if fence_due(silent, timeout):
-            _fence(unit, log, fence_line(node, silent, timeout))
+            line = fence_line(node, silent, timeout)
+            if watched:
+                _write(log, line)
+                kill_tree(watched)
+            else:
+                _fence(unit, log, line)
             return 0
         time.sleep(FENCE_POLL_S)
     return 0

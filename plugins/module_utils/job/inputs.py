@@ -191,12 +191,6 @@ def node_loss_problems(inputs: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"train_min_nodes ({minimum}) is more than the {size} node(s) the job starts on"
         )
-    uses = (minimum.isdigit() and int(minimum) > 0) or bool(group)
-    if uses and str(inputs.get("train_launcher", "systemd")) == "slurm":
-        problems.append(
-            "train_min_nodes and train_spare_group work with train_launcher=systemd: through "
-            "Slurm, a job runs on the nodes Slurm gives it (see Slurm's --requeue)"
-        )
     return problems + one_or_more(inputs, "train_limit_nofile")
 
 

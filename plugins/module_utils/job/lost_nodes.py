@@ -37,14 +37,24 @@ def plan_nodes(
     excluded: Sequence[str],
     job_size: int,
     min_nodes: int,
+    indispensable: Mapping[str, str] | None = None,
 ) -> NodePlan:
     """The nodes of the next attempt after `current` (this attempt's, in rank order) lost
     `lost` (name -> why). `spares`: the spare group's nodes, in inventory order; `excluded`:
     the nodes that left in earlier attempts; `job_size`: the nodes the job started with;
-    `min_nodes`: train_min_nodes (0: the job never runs on fewer than job_size)."""
+    `min_nodes`: train_min_nodes (0: the job never runs on fewer than job_size);
+    `indispensable`: nodes no attempt can start without (name -> what they do), such as the
+    one that runs Slurm's controller."""
     lost = {name: why for name, why in lost.items() if name in current}
     if not lost:
         return NodePlan(list(current))
+    needed = [name for name in lost if name in (indispensable or {})]
+    if needed:
+        why_not = "; ".join(
+            f"{name} {lost[name]}: it {indispensable[name]}, and no attempt starts without it"
+            for name in needed
+        )
+        return NodePlan([], dict(lost), {}, why_not)
     available = [
         name for name in spares if name not in excluded and name not in current and name not in lost
     ]

@@ -54,9 +54,12 @@ def sbatch_script(
 ) -> str:
     """The batch script of one attempt.
 
-    nodes: in rank order, each {"name", "rank", "env", "command"}: what the default launcher
-    would run on that node. Each node's step appends its output to the node's log (`log`, a
-    path on the node), like the default launcher's unit.
+    nodes: in rank order, each {"name", "rank", "env", "command"}, and optionally "fence": what
+    the default launcher would run on that node. Each node's step appends its output to the
+    node's log (`log`, a path on the node), like the default launcher's unit. With a fence (the
+    command of job/fence.py, from torch_job_unit), the step starts torchrun in the background
+    and the fence beside it with torchrun's PID: cut off from the watch for the fence's timeout,
+    the node kills its part of the job itself, as the default launcher's fence unit does.
 
     exclusive: the job takes whole nodes. Otherwise it takes gpus_per_node GPUs of each (and
     the CPUs Slurm gives per GPU), other jobs may run beside it, and so each job's torchrun
@@ -88,7 +91,12 @@ def sbatch_script(
     for node in nodes:
         env = {**node["env"], "TORCH_JOB_NODE_RANK": str(node["rank"])}
         command = allocation_command(node["command"], shared=not exclusive, gpus=gpus_per_node)
-        body = [*_assignments(env), f"command=({shlex.join(command)})"]
+        fence = [str(arg) for arg in node.get("fence") or []]
+        body = [
+            *_assignments(env),
+            f"command=({shlex.join(command)})",
+            f"fence=({shlex.join(fence)})",
+        ]
         cases.append(
             f"  {shlex.quote(str(node['name']))})\n    " + "\n    ".join(body) + "\n    ;;"
         )
@@ -108,7 +116,7 @@ def sbatch_script(
             f'echo "=== torch-cluster: job {job_id}, attempt {attempt}, Slurm job '
             '${SLURM_JOB_ID}, node ${SLURMD_NODENAME} (node_rank ${TORCH_JOB_NODE_RANK}) ==="',
             *_allocation_said(exclusive, gpus_per_node),
-            'exec "${command[@]}"',
+            *FENCED_START,
         ]
     )
     lines = [
@@ -132,6 +140,23 @@ def sbatch_script(
     ]
     return "\n".join(lines)
 
+
+# The end of each node's step: torchrun alone, or torchrun with its fence beside it. The fence
+# starts with a clean environment (no TORCH_JOB_ID: it is not one of the job's processes). Once
+# torchrun ends, the step ends as torchrun did, by the same signal if one ended it, so that
+# srun reports the node's end as it would without the fence.
+FENCED_START = [
+    'if [ "${#fence[@]}" -eq 0 ]; then exec "${command[@]}"; fi',
+    '"${command[@]}" &',
+    "torchrun_pid=$!",
+    'env -i PATH="$PATH" "${fence[@]}" "$torchrun_pid" < /dev/null &',
+    "fence_pid=$!",
+    'wait "$torchrun_pid"',
+    "status=$?",
+    'kill "$fence_pid" 2> /dev/null',
+    'if [ "$status" -gt 128 ]; then kill -n "$((status - 128))" "$$"; fi',
+    'exit "$status"',
+]
 
 # Jobs that share a node take master ports this far apart at most (see sbatch_script).
 PORT_SPREAD = 10000
@@ -296,12 +321,43 @@ def node_states(
 ACTIVE_STATES = ("PD", "CF", "R", "S", "CG")
 
 
+COMPLETING = "CG"
+
+
 def cancel_wait_states(lost_nodes: Sequence[str]) -> tuple[str, ...]:
     """The squeue states that a cancel waits out. With a node lost, Slurm keeps the job
     COMPLETING until that node answers again or is marked down (SlurmdTimeout, minutes), so the
     wait ends once the job runs nowhere: what it left on the nodes that answer is checked next,
     on each of them (torch_job_unit state=absent)."""
-    return tuple(state for state in ACTIVE_STATES if not (lost_nodes and state == "CG"))
+    return tuple(state for state in ACTIVE_STATES if not (lost_nodes and state == COMPLETING))
+
+
+def parse_squeue_states(text: str) -> list[tuple[str, str]]:
+    """`squeue --format='%i %t'` as (job id, state) pairs."""
+    return [(fields[0], fields[1]) for fields in (line.split() for line in text.splitlines())
+            if len(fields) >= 2]  # fmt: skip
+
+
+def blocking_jobs(jobs: Sequence[tuple[str, str]]) -> list[str]:
+    """The jobs of a name that a new submission of it must not run beside: queued or running.
+    A completing one has ended; it may wait for a lost node for minutes (SlurmdTimeout), and the
+    next attempt, on the other nodes, need not wait with it."""
+    return [job for job, state in jobs if state != COMPLETING]
+
+
+def jobs_to_wait_for(
+    jobs: Sequence[tuple[str, str]], lost_nodes: Sequence[str], own_job: str = ""
+) -> list[str]:
+    """The cancelled jobs that the cancel still waits for: any queued or running; a completing
+    one unless its attempt lost a node (cancel_wait_states). Given the attempt's own Slurm job,
+    an earlier attempt's completing job is not waited for: its own cancel waited for it, as
+    far as its lost nodes let it."""
+    waited = cancel_wait_states(lost_nodes)
+    return [
+        job
+        for job, state in jobs
+        if state in waited and (state != COMPLETING or not own_job or job == own_job)
+    ]
 
 
 def with_lost_nodes(
@@ -315,6 +371,24 @@ def with_lost_nodes(
     # The lost nodes first: they are the job's first failure.
     order = [name for name in slurm if name in lost] + [name for name in slurm if name not in lost]
     return {name: polled[name] if name in lost else slurm[name] for name in order}
+
+
+# What a node named by controller_nodes does, in the record's words (lost_nodes.plan_nodes).
+SLURM_CONTROLLER = "runs Slurm's controller (slurmctld)"
+_CONTROLLER = re.compile(r"^SlurmctldHost\[\d+\]\s*=\s*([^(\s]+)(?:\(([^)]*)\))?", re.M)
+
+
+def controller_nodes(show_config: str, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The job's nodes that run Slurm's controller, from `scontrol show config`'s
+    SlurmctldHost lines (`host(address)`, as slurm.yml writes them): by address, else by
+    name. A job cannot go on without them: no batch job starts while slurmctld is away."""
+    hosts = _CONTROLLER.findall(show_config)
+    found = []
+    for node in nodes:
+        name, address = str(node.get("name", "")), str(node.get("address", ""))
+        if any((address and address == addr) or name == host for host, addr in hosts):
+            found.append(name)
+    return found
 
 
 def preflight_problems(

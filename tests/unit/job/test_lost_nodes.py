@@ -24,6 +24,9 @@ from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.messages
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.restarts import (
     decide_restart,
 )
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
+    SLURM_CONTROLLER,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.unit_state import (
     UNREACHABLE,
 )
@@ -116,6 +119,24 @@ def test_fewer_nodes_than_train_min_nodes_stops_the_job_and_says_so() -> None:
         "would be left, and no spare is left in train_spare_group (node3), fewer than "
         "train_min_nodes=2"
     )
+
+
+def test_a_lost_node_that_no_attempt_starts_without_stops_the_job_and_says_why() -> None:
+    plan = plan_nodes(
+        THREE, {"node0": "stopped answering"}, spares=[], excluded=[], job_size=3, min_nodes=1,
+        indispensable={"node0": SLURM_CONTROLLER},
+    )  # fmt: skip
+    assert plan.nodes == []
+    assert plan.why_not == (
+        "node0 stopped answering: it runs Slurm's controller (slurmctld), and no attempt "
+        "starts without it"
+    )
+    # Another node lost: the controller is no matter.
+    plan = plan_nodes(
+        THREE, {"node2": "stopped answering"}, spares=[], excluded=[], job_size=3, min_nodes=2,
+        indispensable={"node0": SLURM_CONTROLLER},
+    )  # fmt: skip
+    assert plan.nodes == ["node0", "node1"]
 
 
 def test_lost_nodes_name_no_answer_before_hardware() -> None:
@@ -271,10 +292,6 @@ def test_a_stalled_attempt_with_restarts_left_restarts() -> None:
             {"train_spare_group": "s", "spare_hosts": THREE},
             "every node of the training group is a spare",
         ),
-        (
-            {"train_min_nodes": "2", "train_launcher": "slurm"},
-            "train_min_nodes and train_spare_group",
-        ),
         ({"train_stall_timeout": "soon"}, "train_stall_timeout must be a whole number"),
         ({"train_limit_nofile": "0"}, "train_limit_nofile must be a whole number, 1 or more"),
     ],
@@ -284,7 +301,8 @@ def test_bad_node_loss_inputs_are_refused(inputs: dict, problem: str) -> None:
     assert any(found.startswith(problem) for found in problems), problems
 
 
-def test_good_node_loss_inputs_pass() -> None:
+@pytest.mark.parametrize("launcher", ["systemd", "slurm"])
+def test_good_node_loss_inputs_pass_with_either_launcher(launcher: str) -> None:
     inputs = {
         "nodes": THREE,
         "hosts": THREE,
@@ -293,6 +311,7 @@ def test_good_node_loss_inputs_pass() -> None:
         "spare_hosts": ["node2"],
         "train_stall_timeout": "600",
         "train_limit_nofile": "65536",
+        "train_launcher": launcher,
     }
     assert input_problems(inputs) == []
 

@@ -5,22 +5,31 @@ srun texts are what the sandbox's Slurm 22.05 printed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from ansible_collections.torch_cluster.cluster.plugins.action import torch_job_watch as watch_action
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job import fence as fence_file
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import FENCE_MARGIN_S
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
     PORT_SPREAD,
     allocation_command,
+    blocking_jobs,
     cancel_wait_states,
+    controller_nodes,
     job_phase,
+    jobs_to_wait_for,
     node_states,
     parse_scontrol,
+    parse_squeue_states,
     preflight_problems,
     sbatch_script,
     srun_errors,
@@ -177,6 +186,97 @@ def test_the_step_script_is_valid_bash(tmp_path: Path) -> None:
     path = tmp_path / "job.sbatch"
     path.write_text(script(tmp_path))
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+
+
+# --- The fence beside torchrun ---------------------------------------------------
+# A "torchrun" that starts a "worker" (its child) and waits for it, as torchrun does.
+TORCHRUN = """
+import os, subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+with open(os.environ["PROBE_DIR"] + "/worker.pid", "w") as f:
+    f.write(str(worker.pid))
+print("training", flush=True)
+sys.exit(worker.wait() if sys.argv[1] == "wait" else int(sys.argv[1]))
+"""
+
+
+def fenced_nodes(tmp_path: Path, beat: Path, how: str, fence: list[str] | None = None) -> list:
+    fence = fence or [sys.executable, fence_file.__file__, "torch-job-j", str(beat), "1",
+                      str(tmp_path / "node.log"), "node0"]  # fmt: skip
+    return [{"name": "node0", "rank": 0, "env": {"PROBE_DIR": str(tmp_path), "TORCH_JOB_ID": "j"},
+             "command": [sys.executable, "-c", TORCHRUN, how], "fence": fence}]  # fmt: skip
+
+
+def alive(pid: int) -> bool:
+    return fence_file.process_running(pid)
+
+
+def test_a_node_cut_off_from_the_watch_kills_its_part_of_the_slurm_job(tmp_path: Path) -> None:
+    """No poll touches the heartbeat: after the fence's timeout (1 s) torchrun and its worker
+    are killed, the log says why, and the step ends by SIGKILL as it would without a fence."""
+    beat = tmp_path / "j.heard"
+    beat.write_text("")
+    began = time.monotonic()
+    done = run_step(tmp_path, script(tmp_path, nodes=fenced_nodes(tmp_path, beat, "wait")), "node0")
+    took = time.monotonic() - began
+    assert done.returncode == -9, (done.returncode, done.stderr)
+    assert 1 <= took < 1 + FENCE_MARGIN_S + 2, took
+    log = (tmp_path / "node.log").read_text()
+    assert "training\n=== torch-cluster: node node0 fenced itself: its watcher" in log
+    worker = int((tmp_path / "worker.pid").read_text())
+    assert not alive(worker), "the worker outlived the fence"
+
+
+def test_a_watched_node_runs_its_part_to_the_end_and_the_fence_goes_with_it(
+    tmp_path: Path,
+) -> None:
+    """The heartbeat touched every 0.3 s, twice past the fence's timeout: the job ends by
+    itself with its own exit status, and nothing of the fence is left."""
+    beat = tmp_path / "j.heard"
+    beat.write_text("")
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(0.3):
+            os.utime(beat)
+
+    keeper = threading.Thread(target=keep)
+    keeper.start()
+    code = "import time, sys; time.sleep(2.5); sys.exit(3)"
+    nodes = fenced_nodes(tmp_path, beat, "3")
+    nodes[0]["command"] = [sys.executable, "-c", code]
+    try:
+        done = run_step(tmp_path, script(tmp_path, nodes=nodes), "node0")
+    finally:
+        stop.set()
+        keeper.join()
+    assert done.returncode == 3, done.stderr
+    assert "fenced itself" not in (tmp_path / "node.log").read_text()
+    left = subprocess.run(["pgrep", "-f", str(beat)], capture_output=True, text=True, check=False)
+    assert left.stdout == "", f"the fence is still running: {left.stdout}"
+
+
+def test_the_fence_gets_torchruns_pid_and_none_of_the_jobs_environment(tmp_path: Path) -> None:
+    """The job's processes are found by TORCH_JOB_ID (stacks, leftovers): the fence has none."""
+    probe = tmp_path / "fence.json"
+    record = (
+        "import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
+        f"open({str(probe)!r}, 'w'))"
+    )
+    nodes = fenced_nodes(tmp_path, tmp_path / "j.heard", "0", [sys.executable, "-c", record, "x"])
+    done = run_step(tmp_path, script(tmp_path, nodes=nodes), "node0")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(probe.read_text())
+    assert seen["argv"][0] == "x"
+    assert seen["argv"][1].isdigit(), seen["argv"]
+    assert "TORCH_JOB_ID" not in seen["env"]
+    assert "PATH" in seen["env"]
+
+
+def test_without_a_fence_the_step_execs_torchrun_itself(tmp_path: Path) -> None:
+    body = script(tmp_path)
+    assert "fence=()" in body
+    assert 'if [ "${#fence[@]}" -eq 0 ]; then exec "${command[@]}"; fi' in body
 
 
 # --- Jobs that share their nodes --------------------------------------------------
@@ -339,6 +439,19 @@ def test_slurm_missing_on_the_master_is_refused_with_the_playbook_to_run() -> No
     assert "playbooks/slurm.yml" in problem
 
 
+def test_the_nodes_that_run_slurms_controller_are_named_by_address_or_name() -> None:
+    config = text("scontrol-show-config.txt")
+    # The sandbox's: SlurmctldHost[0] = node0(10.89.0.147).
+    nodes = [{"name": "node0", "address": "10.89.0.147"}, {"name": "node1", "address": "10.89.0.9"}]
+    assert controller_nodes(config, nodes) == ["node0"]
+    # An inventory name that is not the host's name: its address.
+    renamed = [{"name": "gpu-a", "address": "10.89.0.9"}, {"name": "b", "address": "10.89.0.147"}]
+    assert controller_nodes(config, renamed) == ["b"]
+    # A SlurmctldHost without an address (slurm.conf written by hand): its name.
+    assert controller_nodes("SlurmctldHost[0]          = node1\n", nodes) == ["node1"]
+    assert controller_nodes("SlurmctldHost[0]          = head\n", nodes) == []
+
+
 def test_a_controller_that_does_not_answer_is_refused() -> None:
     ping = "Slurmctld(primary) at node0 is DOWN\n"
     (problem,) = preflight_problems([], ["node0"], ping, has_scontrol=True)
@@ -383,3 +496,20 @@ def test_a_cancel_waits_out_completing_unless_a_node_was_lost() -> None:
     cancel stops waiting once the job runs nowhere."""
     assert cancel_wait_states([]) == ("PD", "CF", "R", "S", "CG")
     assert cancel_wait_states(["node1"]) == ("PD", "CF", "R", "S")
+
+
+def test_an_earlier_attempts_job_completing_on_a_lost_node_holds_up_neither_submit_nor_cancel() -> (
+    None
+):
+    """Attempt 1 (Slurm job 2) lost node2: Slurm keeps it COMPLETING until node2 answers. The
+    next attempt (job 3, on the other nodes) is submitted beside it, and its cancel waits for
+    itself only; stop.yml, which names no job, still waits for both."""
+    jobs = parse_squeue_states("2 CG\n3 R\n")
+    assert jobs == [("2", "CG"), ("3", "R")]
+    assert blocking_jobs([("2", "CG")]) == []
+    assert blocking_jobs(jobs) == ["3"]
+    assert jobs_to_wait_for([("2", "CG"), ("3", "CG")], [], own_job="3") == ["3"]
+    assert jobs_to_wait_for([("2", "CG"), ("3", "CG")], ["node1"], own_job="3") == []
+    assert jobs_to_wait_for([("2", "CG"), ("3", "R")], ["node1"], own_job="3") == ["3"]
+    assert jobs_to_wait_for([("2", "CG"), ("3", "CG")], []) == ["2", "3"]
+    assert jobs_to_wait_for([("2", "PD")], [], own_job="3") == ["2"]
