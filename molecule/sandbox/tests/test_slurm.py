@@ -531,6 +531,41 @@ def test_a_worker_that_stops_answering_ends_the_slurm_job_in_seconds(
     print(f"lost through Slurm: the playbook failed {failed_s:.1f} s after the link was pulled")
 
 
+def test_a_lost_slurm_controller_ends_the_job_whatever_train_min_nodes_allows(
+    slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
+) -> None:
+    """The master runs slurmctld: cut off, no next batch job could start, so the job is not
+    restarted although train_min_nodes=1 would let it go on with node1, and the playbook says
+    why. Both nodes' parts fence themselves (no watch reaches them); once the master is back,
+    Slurm ends the job and takes jobs again."""
+    master = members[0]
+    extra = slurm_vars(job, *LONG_JOB, nproc=1, train_min_nodes=1, train_max_restarts=1)
+    running = playbook.start("train.yml", extra)
+    try:
+        job.wait_for_log(master, "progress epoch=")
+        with master.unplugged():
+            outcome = running.wait(timeout=180)
+    finally:
+        running.kill()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and (
+            slurm_jobs(master, job) or any(job.processes(node) for node in members)
+        ):
+            time.sleep(3)
+    assert outcome.rc != 0, outcome.output
+    why = (
+        "Not restarted: node0 stopped answering: it runs Slurm's controller (slurmctld), and no "
+        "attempt starts without it."
+    )
+    assert why in outcome.output, outcome.output
+    (attempt,) = attempts(playbook, job)
+    assert not attempt["restarted"]
+    assert slurm_jobs(master, job) == []
+    for node in members:
+        assert job.processes(node) == []
+        assert slurm_node(master, node)[0].rstrip("*") == "idle", slurm_node(master, node)
+
+
 def test_stop_yml_cancels_the_slurm_job(
     slurm_cluster: dict[str, object], playbook: Playbook, job: Job, members: list[Node]
 ) -> None:

@@ -133,9 +133,10 @@ def sbatch_script(
         "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         f'echo "torch-cluster: job {job_id} attempt {attempt}: Slurm job $SLURM_JOB_ID on '
         '$SLURM_JOB_NODELIST"',
-        "exec srun --export=ALL --kill-on-bad-exit=1 --nodes=${SLURM_JOB_NUM_NODES} "
+        "srun --export=ALL --kill-on-bad-exit=1 --nodes=${SLURM_JOB_NUM_NODES} "
         "--ntasks-per-node=1 --ntasks=${SLURM_JOB_NUM_NODES} --cpu-bind=none "
-        'bash -c "$TORCH_CLUSTER_STEP"',
+        'bash -c "$TORCH_CLUSTER_STEP" &',
+        *SRUN_CANCELLED,
         "",
     ]
     return "\n".join(lines)
@@ -156,6 +157,16 @@ FENCED_START = [
     'kill "$fence_pid" 2> /dev/null',
     'if [ "$status" -gt 128 ]; then kill -n "$((status - 128))" "$$"; fi',
     'exit "$status"',
+]
+
+# The batch shell waits for srun. Cancelled (SIGTERM), srun would go on waiting for every
+# node's step, a lost node's too, until Slurm's KillWait (30 s) ends it, and the batch step
+# would hold its node that long: the next attempt's batch job could not start there. Slurm's
+# slurmd ends each node's step itself; srun is only its client, and ends at once.
+SRUN_CANCELLED = [
+    "srun_pid=$!",
+    "trap 'kill -KILL \"$srun_pid\" 2> /dev/null; exit 143' TERM",
+    'wait "$srun_pid"',
 ]
 
 # Jobs that share a node take master ports this far apart at most (see sbatch_script).

@@ -141,7 +141,39 @@ def test_the_batch_script_asks_slurm_for_every_node_once_and_whole() -> None:
         "--time=2",
         "--gres=gpu:4",
     ]
-    assert re.search(r"^exec srun --export=ALL --kill-on-bad-exit=1 ", body, re.M)
+    assert re.search(r"^srun --export=ALL --kill-on-bad-exit=1 .* &$", body, re.M)
+
+
+def test_a_cancelled_batch_shell_ends_at_once_and_takes_srun_with_it(tmp_path: Path) -> None:
+    """scancel sends SIGTERM to the batch step. srun, which waits for a lost node's step until
+    Slurm's KillWait (here: a stand-in that ignores SIGTERM), does not hold the node."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    srun = fake / "srun"
+    srun.write_text("#!/bin/bash\ntrap '' TERM\necho $$ > \"$SRUN_PID\"\nsleep 60 & wait\n")
+    srun.chmod(0o755)
+    path = tmp_path / "job.sbatch"
+    path.write_text(
+        script(tmp_path).replace("export PATH=/usr/local", f"export PATH={fake}:/usr/local")
+    )
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SRUN_PID": str(tmp_path / "pid"),
+    }
+    shell = subprocess.Popen(["bash", str(path)], env=env)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    shell.terminate()
+    assert shell.wait(timeout=5) == 143
+    assert time.monotonic() - began < 2
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 2
+    while fence_file.process_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not fence_file.process_running(pid), "srun outlived the batch shell"
 
 
 def test_the_batch_script_without_limits_asks_for_no_time_partition_or_gpus(tmp_path: Path) -> None:
@@ -219,7 +251,8 @@ def test_a_node_cut_off_from_the_watch_kills_its_part_of_the_slurm_job(tmp_path:
     began = time.monotonic()
     done = run_step(tmp_path, script(tmp_path, nodes=fenced_nodes(tmp_path, beat, "wait")), "node0")
     took = time.monotonic() - began
-    assert done.returncode == -9, (done.returncode, done.stderr)
+    # The step ended by SIGKILL; the batch shell exits with srun's status, as 128 + 9.
+    assert done.returncode == 137, (done.returncode, done.stderr)
     assert 1 <= took < 1 + FENCE_MARGIN_S + 2, took
     log = (tmp_path / "node.log").read_text()
     assert "training\n=== torch-cluster: node node0 fenced itself: its watcher" in log
