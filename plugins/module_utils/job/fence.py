@@ -14,11 +14,13 @@ lost node's fence timeout has passed since it was last heard from, plus the fenc
 and kill (FENCE_MARGIN_S).
 
 Through Slurm (train_launcher=slurm) there is no unit: each node's part of the batch script
-starts torchrun in the background and this file beside it with torchrun's PID, and the fence
-kills torchrun's process tree instead of the unit.
+starts torchrun in the background and this file beside it with torchrun's PID and the Slurm
+job's id. The fence kills torchrun's process tree instead of the unit, then asks Slurm to
+cancel the job, again until Slurm's controller answers: when the watch lost the master, nobody
+else cancels it, and srun, which lost its tasks' exit messages, would hold the nodes for ever.
 
-This file runs on its own (`python3 fence.py UNIT HEARTBEAT TIMEOUT LOG NODE [PID]`): standard
-library only, no imports of the collection.
+This file runs on its own (`python3 fence.py UNIT HEARTBEAT TIMEOUT LOG NODE [PID [SLURM_JOB]]`):
+standard library only, no imports of the collection.
 """
 
 from __future__ import annotations
@@ -202,6 +204,32 @@ def _write(log: str, line: str) -> None:
         pass
 
 
+# After a fence through Slurm: scancel again this often, for at most this long, until Slurm's
+# controller answers; an answer that the job has ended already also ends the tries.
+SCANCEL_RETRY_S = 2.0
+SCANCEL_FOR_S = 3600.0
+SCANCEL_ENDED = ("already completing or completed", "Invalid job id")
+
+
+def cancel_slurm_job(
+    job: str, until: float, run=subprocess.run, sleep=time.sleep, clock=time.time
+) -> str:
+    """scancel the job until Slurm's controller takes it (or says it has ended), or until
+    `until`; what happened, for the log."""
+    while True:
+        try:
+            done = run(["scancel", job], capture_output=True, text=True, check=False)
+        except OSError as err:
+            return f"scancel could not run ({err})"
+        if done.returncode == 0:
+            return f"Slurm cancelled job {job}"
+        if any(marker in done.stderr for marker in SCANCEL_ENDED):
+            return f"Slurm job {job} had ended already"
+        if clock() >= until:
+            return f"Slurm's controller did not take the cancel of job {job}: {done.stderr.strip()}"
+        sleep(SCANCEL_RETRY_S)
+
+
 def _fence(unit: str, log: str, line: str) -> None:
     _write(log, line)
     subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False)
@@ -213,17 +241,21 @@ def run(argv: Sequence[str]) -> int:
     heartbeat is older than the timeout while it runs."""
     unit, heartbeat, timeout, log, node = argv[0], argv[1], float(argv[2]), argv[3], argv[4]
     watched = int(argv[5]) if len(argv) > 5 else 0
+    slurm_job = argv[6] if len(argv) > 6 else ""
     started = time.time()
     pid = watched or _main_pid(unit)
     while pid and process_running(pid):
         silent = time.time() - _heard(heartbeat, started)
         if fence_due(silent, timeout):
             line = fence_line(node, silent, timeout)
-            if watched:
-                _write(log, line)
-                kill_tree(watched)
-            else:
+            if not watched:
                 _fence(unit, log, line)
+                return 0
+            _write(log, line)
+            kill_tree(watched)
+            if slurm_job:
+                said = cancel_slurm_job(slurm_job, time.time() + SCANCEL_FOR_S)
+                _write(log, f"=== torch-cluster: node {node}, after its fence: {said} ===")
             return 0
         time.sleep(FENCE_POLL_S)
     return 0

@@ -143,18 +143,19 @@ def sbatch_script(
 
 
 # The end of each node's step: torchrun alone, or torchrun with its fence beside it. The fence
-# starts with a clean environment (no TORCH_JOB_ID: it is not one of the job's processes). Once
-# torchrun ends, the step ends as torchrun did, by the same signal if one ended it, so that
-# srun reports the node's end as it would without the fence.
+# starts with a clean environment (no TORCH_JOB_ID: it is not one of the job's processes), and
+# is given torchrun's PID and the Slurm job's id. Once torchrun ends, the fence ends too (within
+# its poll), or, if it fenced, once Slurm took its cancel; then the step ends as torchrun did, by
+# the same signal if one ended it, so that srun reports the node's end as it would without it.
 FENCED_START = [
     'if [ "${#fence[@]}" -eq 0 ]; then exec "${command[@]}"; fi',
     '"${command[@]}" &',
     "torchrun_pid=$!",
-    'env -i PATH="$PATH" "${fence[@]}" "$torchrun_pid" < /dev/null &',
+    'env -i PATH="$PATH" "${fence[@]}" "$torchrun_pid" "${SLURM_JOB_ID:-}" < /dev/null &',
     "fence_pid=$!",
     'wait "$torchrun_pid"',
     "status=$?",
-    'kill "$fence_pid" 2> /dev/null',
+    'wait "$fence_pid"',
     'if [ "$status" -gt 128 ]; then kill -n "$((status - 128))" "$$"; fi',
     'exit "$status"',
 ]

@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 from ansible_collections.torch_cluster.cluster.plugins.action import torch_job_watch as watch_action
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job import fence as fence_file
-from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import FENCE_MARGIN_S
+from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.fence import (
+    FENCE_MARGIN_S,
+    SCANCEL_RETRY_S,
+    cancel_slurm_job,
+)
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.inputs import input_problems
 from ansible_collections.torch_cluster.cluster.plugins.module_utils.job.slurm import (
     PORT_SPREAD,
@@ -245,19 +249,50 @@ def alive(pid: int) -> bool:
 
 def test_a_node_cut_off_from_the_watch_kills_its_part_of_the_slurm_job(tmp_path: Path) -> None:
     """No poll touches the heartbeat: after the fence's timeout (1 s) torchrun and its worker
-    are killed, the log says why, and the step ends by SIGKILL as it would without a fence."""
+    are killed, the log says why, the fence asks Slurm to cancel the job (scancel answers at
+    its second try, as a controller back from a cut would), and the step ends by SIGKILL as it
+    would without a fence."""
     beat = tmp_path / "j.heard"
     beat.write_text("")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    scancel = fake / "scancel"
+    scancel.write_text(
+        f'#!/bin/bash\necho "$@" >> {tmp_path}/scancel.calls\n'
+        f'[ "$(wc -l < {tmp_path}/scancel.calls)" -ge 2 ] && exit 0\n'
+        'echo "scancel: error: Unable to contact slurm controller (connect failure)" >&2; exit 1\n'
+    )
+    scancel.chmod(0o755)
     began = time.monotonic()
     done = run_step(tmp_path, script(tmp_path, nodes=fenced_nodes(tmp_path, beat, "wait")), "node0")
     took = time.monotonic() - began
     # The step ended by SIGKILL; the batch shell exits with srun's status, as 128 + 9.
     assert done.returncode == 137, (done.returncode, done.stderr)
-    assert 1 <= took < 1 + FENCE_MARGIN_S + 2, took
+    assert 1 + SCANCEL_RETRY_S <= took < 1 + FENCE_MARGIN_S + SCANCEL_RETRY_S + 2, took
     log = (tmp_path / "node.log").read_text()
     assert "training\n=== torch-cluster: node node0 fenced itself: its watcher" in log
+    assert "=== torch-cluster: node node0, after its fence: Slurm cancelled job 77 ===" in log
+    assert (tmp_path / "scancel.calls").read_text() == "77\n77\n"
     worker = int((tmp_path / "worker.pid").read_text())
     assert not alive(worker), "the worker outlived the fence"
+
+
+def test_the_fences_cancel_ends_at_an_ended_job_or_its_time() -> None:
+    answers = iter(
+        [(1, "Unable to contact slurm controller"), (1, "Job/step already completing or completed")]
+    )
+
+    def run(argv, **_):
+        code, err = next(answers)
+        return subprocess.CompletedProcess(argv, code, "", err)
+
+    waits = []
+    said = cancel_slurm_job("8", until=1e12, run=run, sleep=waits.append)
+    assert said == "Slurm job 8 had ended already"
+    assert waits == [SCANCEL_RETRY_S]
+    never = lambda argv, **_: subprocess.CompletedProcess(argv, 1, "", "connect failure")  # noqa: E731
+    said = cancel_slurm_job("8", until=0, run=never, sleep=waits.append)
+    assert said == "Slurm's controller did not take the cancel of job 8: connect failure"
 
 
 def test_a_watched_node_runs_its_part_to_the_end_and_the_fence_goes_with_it(
@@ -302,6 +337,7 @@ def test_the_fence_gets_torchruns_pid_and_none_of_the_jobs_environment(tmp_path:
     seen = json.loads(probe.read_text())
     assert seen["argv"][0] == "x"
     assert seen["argv"][1].isdigit(), seen["argv"]
+    assert seen["argv"][2] == "77", "the Slurm job's id"
     assert "TORCH_JOB_ID" not in seen["env"]
     assert "PATH" in seen["env"]
 
