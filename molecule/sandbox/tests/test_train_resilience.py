@@ -37,9 +37,6 @@ STALL_TIMEOUT = 20
 # From a node's loss to rank 0's next line on the rest: the issue's 20 s, and this 2-core
 # machine's noise (three nodes training on it) on top.
 BACK_IN_S, NOISE_S = 20, 5
-# The same through Slurm: the fence's wait (train_fence_timeout after the last answer), the
-# cancel, and a new batch job's submission and start on top.
-SLURM_BACK_IN_S = 45
 FENCED = "fenced itself: its watcher"
 
 
@@ -452,4 +449,5 @@ def test_through_slurm_a_lost_node_leaves_the_job_fences_itself_and_the_next_bat
     assert FENCED in cut_off_log, cut_off_log[-2000:]
     assert cut_off_processes.split() == [], cut_off_processes
     print(f"lost worker through Slurm: rank 0 resumed {back:.1f} s after node2 was unplugged")
-    assert back <= SLURM_BACK_IN_S, f"training ran again {back:.1f} s after the loss"
+    # The same target as the default launcher's: a new batch job's submission and start fit in.
+    assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"

@@ -105,6 +105,21 @@ def restart_message(job_id: str, attempt: Attempt, max_restarts: int) -> str:
     )
 
 
+def unreachable_line(name: str, stop_hint: str, *, fenced: bool) -> str:
+    """What happens to the processes of a node that stopped answering."""
+    if fenced:
+        return (
+            f"{name} stopped answering: its processes could not be stopped from here; its fence "
+            "kills them once nobody has watched them for train_fence_timeout. Once it answers "
+            f"again, {stop_hint} checks that nothing of the job is left there."
+        )
+    return (
+        f"{name} stopped answering: its processes could not be stopped. They end at the "
+        f"trainer's collective timeout; to stop them at once, run {stop_hint} when {name} "
+        "answers again."
+    )
+
+
 def final_message(
     job_id: str,
     attempts: Sequence[Attempt],
@@ -129,7 +144,10 @@ def final_message(
     if len(attempts) > 1:
         lines.append(f"It was restarted {len(attempts) - 1} time(s); each attempt:")
         lines += [f"  {describe_attempt(a)}" for a in attempts]
-    if last.outcome in (JOB_FAILED, JOB_STALLED) and (max_restarts > 0 or last.left):
+    ended = last.outcome in (JOB_FAILED, JOB_STALLED) or (
+        last.outcome == JOB_UNWATCHABLE and bool(last.left)  # a lost master
+    )
+    if ended and (max_restarts > 0 or last.left):
         again = " again" if len(attempts) > 1 else ""
         lines.append(f"Not restarted{again}: {last.not_restarted_because}.")
     if last.outcome == JOB_UNWATCHABLE:
@@ -140,11 +158,7 @@ def final_message(
         failures = [RankFailure(**failure) for failure in last.failures]
         lines += failure_report(failures, last.tails)
     for name in last.unreachable_nodes:
-        lines.append(
-            f"{name} stopped answering: its processes could not be stopped. They end at the "
-            f"trainer's collective timeout; to stop them at once, run {stop_hint} when {name} "
-            "answers again."
-        )
+        lines.append(unreachable_line(name, stop_hint, fenced=last.fence_until > 0))
     lines += last.teardown_problems
     lines.append(f"Logs: {run_dir}/ (attempts.json, failure.json)")
     return "\n".join(lines)

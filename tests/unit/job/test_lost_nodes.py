@@ -263,6 +263,30 @@ def test_a_stalled_attempt_is_described_by_where_its_ranks_were() -> None:
     assert "/runs/j/stall-1/" in message
 
 
+def test_a_lost_master_that_is_not_replaced_says_why_and_that_its_fence_stops_it() -> None:
+    attempt = lost_attempt(
+        outcome=JOB_UNWATCHABLE, unreachable_nodes=["node0"], left={"node0": "stopped answering"},
+        error="the master did not answer for 9.0 s", fence_until=1e9,
+        not_restarted_because="node0 stopped answering: it runs Slurm's controller (slurmctld), "
+        "and no attempt starts without it",
+    )  # fmt: skip
+    message = final_message(
+        "j", [attempt], run_dir="/runs/j", timeout=0, max_restarts=1, stop_hint="stop.yml"
+    )
+    assert message.startswith("Job j could not be watched; it is stopped on every node that")
+    assert (
+        "Not restarted: node0 stopped answering: it runs Slurm's controller (slurmctld), and no "
+        "attempt starts without it." in message
+    )
+    assert "its fence kills them once nobody has watched them for train_fence_timeout" in message
+    # Without a fence (train_fence_timeout=0) they run on until their collectives time out.
+    attempt.fence_until = 0.0
+    message = final_message(
+        "j", [attempt], run_dir="/runs/j", timeout=0, max_restarts=1, stop_hint="stop.yml"
+    )
+    assert "They end at the trainer's collective timeout" in message
+
+
 def test_a_stalled_attempt_with_restarts_left_restarts() -> None:
     attempt = lost_attempt(outcome=JOB_STALLED, left={}, unreachable_nodes=[])
     assert decide_restart(attempt, 1, 300) is None
