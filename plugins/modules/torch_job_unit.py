@@ -244,7 +244,7 @@ command:
   returned: when state is started or prepared
 fence:
   description: With I(state=prepared) and I(fence_timeout), the fence's command, to which the
-    launcher adds torchrun's PID; empty without a fence.
+    launcher adds torchrun's PID and the Slurm job's id; empty without a fence.
   type: list
   returned: when state is prepared
 log_start:

@@ -70,7 +70,8 @@ def fence_unit_argv(python: str, unit: str, timeout: float, log: str, node: str)
 
 
 def fence_argv(python: str, unit: str, timeout: float, log: str, node: str) -> list[str]:
-    """The fence's own command; through Slurm, the batch script adds torchrun's PID."""
+    """The fence's own command; through Slurm, the batch script adds torchrun's PID and the
+    Slurm job's id."""
     return [
         python, f"{HEARTBEAT_DIR}/{FENCE_FILE}", unit, heartbeat_path(unit), f"{timeout:g}", log,
         node,
