@@ -102,6 +102,12 @@ options:
         earlier attempt's job still completing (on a node that attempt lost).
     type: str
     default: ""
+  addresses:
+    description:
+      - With I(state=checked), each node's cluster address by name (train_nodes). The nodes
+        that run Slurm's controller are found by it.
+    type: dict
+    default: {}
   lost_nodes:
     description:
       - With I(state=absent), the nodes the watch lost. Slurm keeps the job completing until
@@ -129,8 +135,8 @@ problems:
   type: list
   returned: when state is checked
 controllers:
-  description: The names of I(nodes) that run Slurm's controller (checked); a job cannot go on
-    without them after a loss. I(nodes) may give each C(address), the cluster's address.
+  description: The names of I(nodes) that run Slurm's controller (checked), found by their
+    I(addresses); a job cannot go on without them after a loss.
   type: list
   returned: when state is checked
 """
@@ -157,9 +163,8 @@ def check(module: AnsibleModule) -> None:
     _, out, _ = module.run_command(["sinfo", "--noheader", "--Node", "--format=%N"])
     problems = preflight_problems(sorted(set(out.split())), wanted, ping + ping_err, True)
     _, config, _ = module.run_command(["scontrol", "show", "config"])
-    module.exit_json(
-        changed=False, problems=problems, controllers=controller_nodes(config, params["nodes"])
-    )
+    controllers = controller_nodes(config, wanted, params["addresses"])
+    module.exit_json(changed=False, problems=problems, controllers=controllers)
 
 
 def write_script(module: AnsibleModule) -> tuple[str, bool]:
@@ -257,6 +262,7 @@ def main() -> None:
             "master_port": {"type": "int", "default": 0},
             "wait": {"type": "float", "default": 60},
             "lost_nodes": {"type": "list", "elements": "str", "default": []},
+            "addresses": {"type": "dict", "default": {}},
             "slurm_job_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,

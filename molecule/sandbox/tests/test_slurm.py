@@ -30,6 +30,7 @@ from launcher import (
     recap_changes,
 )
 from sandbox_nodes import PROJECT_DIR, Connection, Node
+from slurm_queue import accounting, settled, slurm_jobs, slurm_node
 
 EXAMPLES = PROJECT_DIR / "train" / "examples"
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -56,23 +57,6 @@ REJECTED = Connection("EHOSTUNREACH")
 
 def slurm_vars(job: Job, *args: str, **extra: object) -> dict[str, object]:
     return job_vars(job, *args, train_launcher="slurm", **extra)
-
-
-def slurm_jobs(master: Node, job: Job) -> list[str]:
-    """Slurm's queued or running jobs of the launcher job."""
-    listed = master.host.run(f"squeue --noheader --name=torch-{job.job_id} --format=%i")
-    assert listed.rc == 0, listed.stderr
-    return listed.stdout.split()
-
-
-def accounting(master: Node, job: Job) -> list[dict[str, str]]:
-    """sacct's records of the launcher job's Slurm jobs (one per attempt)."""
-    fields = ["JobID", "State", "Start", "End", "NodeList", "User"]
-    out = master.host.check_output(
-        f"sacct --allusers --allocations --parsable2 --noheader --name=torch-{job.job_id} "
-        f"--format={','.join(fields)}"
-    )
-    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line]
 
 
 @pytest.fixture(scope="module")
@@ -209,13 +193,6 @@ def test_slurm_runs_each_persons_jobs_as_theirs_and_refuses_anyone_else(
         master.host.run_expect([0], "userdel mallory")
     assert refused.rc != 0
     assert "Invalid account" in refused.stderr, refused.stderr
-
-
-def slurm_node(master: Node, node: Node) -> tuple[str, str]:
-    """The node's state in Slurm and its reason."""
-    out = master.host.check_output(f"sinfo --noheader --nodes={node} --format='%T|%E'")
-    state, reason = out.strip().split("|", 1)
-    return state, reason
 
 
 def wait_for_state(master: Node, node: Node, wanted: str, timeout: float) -> float:
@@ -511,13 +488,7 @@ def test_a_worker_that_stops_answering_ends_the_slurm_job_in_seconds(
     finally:
         running.kill()
         # Also after a failure: the modules after this one need the node back in Slurm.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (
-            job.processes(victim)
-            or slurm_jobs(master, job)
-            or slurm_node(master, victim)[0].rstrip("*") != "idle"
-        ):
-            time.sleep(2)
+        settled(master, job, [victim], timeout=120)
     assert outcome.rc != 0, outcome.output
     assert failed_s < LOST_LIMIT_S, f"the playbook took {failed_s:.1f} s to fail:\n{outcome.output}"
     assert re.search(rf"{victim}.*not heard from for [\d.]+ s", outcome.output), outcome.output
@@ -547,11 +518,7 @@ def test_a_lost_slurm_controller_ends_the_job_whatever_train_min_nodes_allows(
             outcome = running.wait(timeout=180)
     finally:
         running.kill()
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and (
-            slurm_jobs(master, job) or any(job.processes(node) for node in members)
-        ):
-            time.sleep(3)
+        settled(master, job, members, timeout=180)
     assert outcome.rc != 0, outcome.output
     why = (
         "Not restarted: node0 stopped answering: it runs Slurm's controller (slurmctld), and no "

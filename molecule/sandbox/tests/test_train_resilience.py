@@ -22,12 +22,14 @@ from launcher import (
     JOB_PROCESSES_SCRIPT,
     PROJECT_DIR,
     Job,
+    Outcome,
     Playbook,
     attempts,
     job_vars,
     metrics,
 )
 from sandbox_nodes import Node
+from slurm_queue import accounting, settled
 
 SCRIPTS = Path(__file__).parent / "scripts"
 EXAMPLES = PROJECT_DIR / "train" / "examples"
@@ -107,6 +109,29 @@ def no_processes(job: Job, nodes: list[Node]) -> dict[str, list[str]]:
     return {node.name: job.processes(node) for node in nodes}
 
 
+def went_on_without_node2(playbook: Playbook, job: Job, outcome: Outcome, node0: Node) -> None:
+    """A 10-epoch job of node0, node1 and node2 lost node2, and its second attempt ran on
+    node0 and node1 to the end from the shared folder's checkpoint, saying so."""
+    assert outcome.rc == 0, outcome.output
+    assert "node2 left the job (stopped answering)" in outcome.output
+    assert "The next attempt runs on node0, node1 (2 of 3 node(s), master node0)" in outcome.output
+    first, second = attempts(playbook, job)
+    assert first["nodes_used"] == ["node0", "node1", "node2"]
+    assert first["left"] == {"node2": "stopped answering"}
+    assert first["restarted"]
+    assert first["next_nodes"] == ["node0", "node1"]
+    assert second["nodes_used"] == ["node0", "node1"]
+    assert second["outcome"] == "succeeded"
+    assert second["resumed_from"] == "the shared folder /shared"
+    ran = "attempt 2 ran on node0, node1, resumed from the shared folder /shared."
+    assert ran in outcome.output
+    log = attempt_logs(job.log(node0))[-1]
+    assert "start world_size=2 " in log
+    resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
+    assert resumed >= 3, "it did not resume from the checkpoint"
+    assert metrics(playbook, job)["epochs_completed"] == 10
+
+
 @pytest.fixture
 def replug_cleanup(playbook: Playbook, job: Job, three_nodes: dict[str, Path]) -> Iterator[None]:
     """After a test that cut a node off: its part of the job is stopped the documented way."""
@@ -134,24 +159,7 @@ def test_a_lost_worker_is_left_out_and_the_job_resumes_on_the_others(
             outcome = running.wait(timeout=300)
     finally:
         running.kill()
-    assert outcome.rc == 0, outcome.output
-    assert "node2 left the job (stopped answering)" in outcome.output
-    assert "The next attempt runs on node0, node1 (2 of 3 node(s), master node0)" in outcome.output
-    first, second = attempts(playbook, job)
-    assert first["nodes_used"] == ["node0", "node1", "node2"]
-    assert first["left"] == {"node2": "stopped answering"}
-    assert first["restarted"]
-    assert first["next_nodes"] == ["node0", "node1"]
-    assert second["nodes_used"] == ["node0", "node1"]
-    assert second["outcome"] == "succeeded"
-    assert second["resumed_from"] == "the shared folder /shared"
-    ran = "attempt 2 ran on node0, node1, resumed from the shared folder /shared."
-    assert ran in outcome.output
-    log = attempt_logs(job.log(node0))[-1]
-    assert "start world_size=2 " in log
-    resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
-    assert resumed >= 3, "it did not resume from the checkpoint"
-    assert metrics(playbook, job)["epochs_completed"] == 10
+    went_on_without_node2(playbook, job, outcome, node0)
     print(f"lost worker: rank 0 resumed {back:.1f} s after node2 was unplugged")
     assert back <= BACK_IN_S + NOISE_S, f"training ran again {back:.1f} s after the loss"
     assert no_processes(job, [node0, node1]) == {"node0": [], "node1": []}
@@ -371,27 +379,6 @@ def slurm_on_three_nodes(playbook: Playbook, three_nodes: dict[str, Path]) -> No
     assert outcome.rc == 0, outcome.output[-3000:]
 
 
-def wait_until_slurm_is_done(master: Node, job: Job, node: Node, timeout: float = 180) -> bool:
-    """Whether, within the timeout, Slurm holds no job of the launcher job and the node is idle."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        queued = master.host.run(f"squeue --noheader --name=torch-{job.job_id} --format=%i")
-        state = master.host.run(f"sinfo --noheader --nodes={node.name} --format=%T")
-        if queued.stdout.split() == [] and state.stdout.strip().rstrip("*") == "idle":
-            return True
-        time.sleep(3)
-    return False
-
-
-def slurm_allocations(master: Node, job: Job) -> list[tuple[str, str]]:
-    """sacct's (state, node list) of the launcher job's Slurm jobs, oldest first."""
-    out = master.host.check_output(
-        f"sacct --allocations --parsable2 --noheader --name=torch-{job.job_id} "
-        "--format=State,NodeList"
-    )
-    return [tuple(line.split("|")) for line in out.splitlines() if line]
-
-
 @pytest.mark.usefixtures("slurm_on_three_nodes", "replug_cleanup")
 def test_through_slurm_a_lost_node_leaves_the_job_fences_itself_and_the_next_batch_job_resumes(
     playbook: Playbook, job: Job, cluster: list[Node], three_nodes: dict[str, Path]
@@ -418,33 +405,15 @@ def test_through_slurm_a_lost_node_leaves_the_job_fences_itself_and_the_next_bat
             outcome = running.wait(timeout=300)
     finally:
         running.kill()
-        # Slurm keeps the first batch job completing until node2 answers again (its next ping
-        # of the node, up to SlurmdTimeout/3 = 100 s): the modules after this one need node2
-        # back, and the cleanup's stop.yml waits for no more than 60 s.
-        cleared = wait_until_slurm_is_done(node0, job, node2)
-    assert outcome.rc == 0, outcome.output
-    assert "node2 left the job (stopped answering)" in outcome.output
-    assert "The next attempt runs on node0, node1 (2 of 3 node(s), master node0)" in outcome.output
-    first, second = attempts(playbook, job)
-    assert first["nodes_used"] == ["node0", "node1", "node2"]
-    assert first["left"] == {"node2": "stopped answering"}
-    assert first["next_nodes"] == ["node0", "node1"]
-    assert second["nodes_used"] == ["node0", "node1"]
-    assert second["outcome"] == "succeeded"
-    assert second["resumed_from"] == "the shared folder /shared"
-    ran = "attempt 2 ran on node0, node1, resumed from the shared folder /shared."
-    assert ran in outcome.output
-    assert cleared, "Slurm still held node2 or the job 180 s after the job ended"
+        # The cleanup's stop.yml waits for Slurm no more than 60 s.
+        cleared = settled(node0, job, cluster, timeout=180)
+    went_on_without_node2(playbook, job, outcome, node0)
+    assert cleared, "Slurm still held a node or the job 180 s after the job ended"
     # Two batch jobs: the first on all three nodes, cancelled; the second on node0 and node1.
-    (first_state, first_nodes), (second_state, second_nodes) = slurm_allocations(node0, job)
-    assert first_state.startswith("CANCELLED"), first_state
-    assert first_nodes == "node[0-2]"
-    assert (second_state, second_nodes) == ("COMPLETED", "node[0-1]")
-    log = attempt_logs(job.log(node0))[-1]
-    assert "start world_size=2 " in log
-    resumed = int(re.search(r"continuing at epoch (\d+)/10", log).group(1))
-    assert resumed >= 3, "it did not resume from the checkpoint"
-    assert metrics(playbook, job)["epochs_completed"] == 10
+    first, second = accounting(node0, job)
+    assert first["State"].startswith("CANCELLED"), first
+    assert first["NodeList"] == "node[0-2]"
+    assert (second["State"], second["NodeList"]) == ("COMPLETED", "node[0-1]")
     # node2, still cut off: its fence had killed its part and said why in its log.
     assert FENCED in cut_off_log, cut_off_log[-2000:]
     assert cut_off_processes.split() == [], cut_off_processes

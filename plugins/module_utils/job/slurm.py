@@ -390,17 +390,19 @@ SLURM_CONTROLLER = "runs Slurm's controller (slurmctld)"
 _CONTROLLER = re.compile(r"^SlurmctldHost\[\d+\]\s*=\s*([^(\s]+)(?:\(([^)]*)\))?", re.M)
 
 
-def controller_nodes(show_config: str, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The job's nodes that run Slurm's controller, from `scontrol show config`'s
-    SlurmctldHost lines (`host(address)`, as slurm.yml writes them): by address, else by
-    name. A job cannot go on without them: no batch job starts while slurmctld is away."""
+def controller_nodes(
+    show_config: str, names: Sequence[str], addresses: Mapping[str, str]
+) -> list[str]:
+    """The job's nodes (`names`, with their cluster `addresses`) that run Slurm's controller,
+    from `scontrol show config`'s SlurmctldHost lines (`host(address)`, as slurm.yml writes
+    them): by address, else by name. A job cannot go on without them: no batch job starts
+    while slurmctld is away."""
     hosts = _CONTROLLER.findall(show_config)
-    found = []
-    for node in nodes:
-        name, address = str(node.get("name", "")), str(node.get("address", ""))
-        if any((address and address == addr) or name == host for host, addr in hosts):
-            found.append(name)
-    return found
+    return [
+        name
+        for name in names
+        if any(addresses.get(name) == addr or name == host for host, addr in hosts if host)
+    ]
 
 
 def preflight_problems(

@@ -511,14 +511,15 @@ def test_slurm_missing_on_the_master_is_refused_with_the_playbook_to_run() -> No
 def test_the_nodes_that_run_slurms_controller_are_named_by_address_or_name() -> None:
     config = text("scontrol-show-config.txt")
     # The sandbox's: SlurmctldHost[0] = node0(10.89.0.147).
-    nodes = [{"name": "node0", "address": "10.89.0.147"}, {"name": "node1", "address": "10.89.0.9"}]
-    assert controller_nodes(config, nodes) == ["node0"]
+    names, addresses = ["node0", "node1"], {"node0": "10.89.0.147", "node1": "10.89.0.9"}
+    assert controller_nodes(config, names, addresses) == ["node0"]
     # An inventory name that is not the host's name: its address.
-    renamed = [{"name": "gpu-a", "address": "10.89.0.9"}, {"name": "b", "address": "10.89.0.147"}]
-    assert controller_nodes(config, renamed) == ["b"]
+    renamed = {"gpu-a": "10.89.0.9", "b": "10.89.0.147"}
+    assert controller_nodes(config, ["gpu-a", "b"], renamed) == ["b"]
     # A SlurmctldHost without an address (slurm.conf written by hand): its name.
-    assert controller_nodes("SlurmctldHost[0]          = node1\n", nodes) == ["node1"]
-    assert controller_nodes("SlurmctldHost[0]          = head\n", nodes) == []
+    assert controller_nodes("SlurmctldHost[0]          = node1\n", names, addresses) == ["node1"]
+    assert controller_nodes("SlurmctldHost[0]          = head\n", names, addresses) == []
+    assert controller_nodes("SlurmctldHost[0]          = head\n", names, {}) == []
 
 
 def test_a_controller_that_does_not_answer_is_refused() -> None:
